@@ -1,0 +1,115 @@
+import { randomUUID } from 'node:crypto'
+import type { Writable } from 'node:stream'
+import swagger from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Fastify, { type FastifyInstance } from 'fastify'
+import { Redis } from 'ioredis'
+import type { Config } from './config.js'
+import type { Database } from './db/client.js'
+import { healthRoutes } from './modules/health/health.routes.js'
+import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
+import { usersRoutes } from './modules/users/users.routes.js'
+import { authPlugin } from './plugins/auth.js'
+import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
+import { errorsPlugin } from './plugins/errors.js'
+import { rateLimitPlugin } from './plugins/rate-limit.js'
+import { ErrorSchema } from './schemas.js'
+
+export interface AppOptions {
+  config: Config
+  database: Database
+  /** Where log lines go (stdout when omitted); tests pass a stream to read them. */
+  logStream?: Writable
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    authenticator: Authenticator
+  }
+}
+
+// A client's own request id is kept when it is a plain token, so traces join up across proxies.
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** Logged nowhere: credentials in any header a log line might carry. */
+export const REDACTED_PATHS = [
+  'req.headers.authorization',
+  'req.headers["proxy-authorization"]',
+  'headers.authorization',
+  'headers["proxy-authorization"]'
+]
+
+/** Builds the service without listening: plugins first, then each resource's routes under /v2. */
+export async function buildApp ({ config, database, logStream }: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: {
+      level: config.logLevel,
+      redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
+      ...(logStream !== undefined ? { stream: logStream } : {})
+    },
+    // A hop count trusts that many proxies nearest to the server.
+    trustProxy: typeof config.trustProxy === 'number'
+      ? ((hops: number) => (_address: string, hop: number) => hop < hops)(config.trustProxy)
+      : config.trustProxy,
+    bodyLimit: BODY_LIMIT,
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id']
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID()
+    },
+    // Long-polls hold a request for up to 30 s; anything slower than this is stuck.
+    requestTimeout: 120_000,
+    connectionTimeout: 130_000
+  }).withTypeProvider<TypeBoxTypeProvider>()
+
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id)
+  })
+
+  const authenticator = createAuthenticator(database.db, config.dailyMessageQuota)
+  app.decorate('authenticator', authenticator)
+
+  const redis = config.redisUrl !== undefined
+    ? new Redis(config.redisUrl, { connectTimeout: 2_000, maxRetriesPerRequest: 1, enableOfflineQueue: false })
+    : undefined
+  if (redis !== undefined) {
+    redis.on('error', (err) => app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits fall back to allowing requests'))
+    app.addHook('onClose', async () => { redis.disconnect() })
+  }
+
+  app.addSchema(ErrorSchema)
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: {
+        title: 'Parley API',
+        version: '2',
+        description: 'Self-hosted secure messaging. Every /v2 route takes HTTP Basic auth: username = key id, password = secret.'
+      },
+      components: { securitySchemes: { basicAuth: { type: 'http', scheme: 'basic' } } },
+      security: [{ basicAuth: [] }]
+    },
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => typeof json.$id === 'string' ? json.$id : `def-${i}` }
+  })
+  await app.register(swaggerUi, { routePrefix: '/docs' })
+  await app.register(errorsPlugin, { maxAttachments: config.maxAttachments, maxAttachmentBytes: config.maxAttachmentBytes })
+  await app.register(bodyParsersPlugin, {
+    maxAttachments: config.maxAttachments,
+    maxAttachmentBytes: config.maxAttachmentBytes,
+    maxBodyChars: config.maxBodyChars
+  })
+  await app.register(healthRoutes, { database })
+
+  await app.register(async (v2) => {
+    await v2.register(authPlugin, { authenticator })
+    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis })
+    v2.get('/openapi.json', {
+      config: { public: true },
+      schema: { hide: true }
+    }, async () => app.swagger())
+    await v2.register(usersRoutes, { db: database.db })
+  }, { prefix: '/v2' })
+
+  return app
+}

@@ -1,0 +1,115 @@
+import { Type, type Static, type TSchema } from 'typebox'
+import { Value } from 'typebox/value'
+
+/** A user's address: 1–64 of [a-z0-9.@+-], starting with a letter or digit (API.md §1). */
+export const ADDRESS_PATTERN = '^[a-z0-9][a-z0-9.@+-]{0,63}$'
+
+const Int = (minimum: number, maximum: number, fallback: number, description: string) =>
+  Type.Integer({ minimum, maximum, default: fallback, description })
+
+/**
+ * The environment the service reads, as a schema: each property's description says what the
+ * variable accepts, and is the text an operator sees when the value is wrong.
+ */
+export const ConfigSchema = Type.Object({
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a host name or IP address to listen on' }),
+  PORT: Int(0, 65535, 3000, 'an integer from 0 to 65535'),
+  DATABASE_URL: Type.Optional(Type.String({
+    pattern: '^postgres(ql)?://',
+    description: 'a PostgreSQL connection URL (postgres://user:password@host:5432/db)'
+  })),
+  DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'a directory path for the embedded database' }),
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'a Redis URL (redis://host:6379)' })),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
+    { default: 'info', description: 'one of fatal, error, warn, info, debug, trace, silent' }
+  ),
+  TRUST_PROXY: Type.String({
+    pattern: '^(true|false|[0-9]+|[0-9a-fA-F.:/]+(,[0-9a-fA-F.:/]+)*)$',
+    default: 'false',
+    description: 'true, false, a hop count, or a comma-separated list of proxy IP addresses or CIDR ranges'
+  }),
+  DAILY_MESSAGE_QUOTA: Int(0, 1_000_000_000, 100, 'an integer from 0 to 1000000000'),
+  RATE_LIMIT_PER_SECOND: Int(1, 1_000_000, 20, 'an integer from 1 to 1000000'),
+  MAX_BODY_CHARS: Int(1, 1_000_000, 10_000, 'an integer from 1 to 1000000'),
+  MAX_ATTACHMENTS: Int(0, 100, 10, 'an integer from 0 to 100'),
+  MAX_ATTACHMENT_BYTES: Int(1, 1024 * 1024 * 1024, 25 * 1024 * 1024, 'an integer number of bytes from 1 to 1073741824'),
+  TEST_BOT_ADDRESS: Type.String({
+    pattern: ADDRESS_PATTERN,
+    default: 'testbot',
+    description: 'a user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit'
+  })
+})
+
+type Env = Static<typeof ConfigSchema>
+
+/** Variables whose values may hold credentials: never echoed back in an error. */
+const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL'])
+
+export type TrustProxy = boolean | number | string[]
+
+export interface Config {
+  host: string
+  port: number
+  databaseUrl: string | undefined
+  dataDir: string
+  redisUrl: string | undefined
+  logLevel: Env['LOG_LEVEL']
+  trustProxy: TrustProxy
+  dailyMessageQuota: number
+  rateLimitPerSecond: number
+  maxBodyChars: number
+  maxAttachments: number
+  maxAttachmentBytes: number
+  testBotAddress: string
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+function parseTrustProxy (value: string): TrustProxy {
+  if (value === 'true') return true
+  if (value === 'false') return false
+  if (/^[0-9]+$/.test(value)) return Number(value)
+  return value.split(',')
+}
+
+/**
+ * Reads the configuration from an environment. Empty strings count as unset. A bad value
+ * throws a ConfigError whose message is one line naming every variable at fault and what
+ * each accepts.
+ */
+export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
+  const raw: Record<string, unknown> = {}
+  const problems: string[] = []
+  for (const [name, schema] of Object.entries(ConfigSchema.properties) as [string, TSchema & { description?: string }][]) {
+    const given = env[name]
+    if (given === undefined || given === '') continue
+    const value = Value.Convert(schema, given)
+    if (Value.Check(schema, value)) {
+      raw[name] = value
+    } else {
+      const shown = SECRET_VARIABLES.has(name) ? '' : ` (got ${JSON.stringify(given)})`
+      problems.push(`${name} must be ${schema.description ?? 'valid'}${shown}`)
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(`Invalid configuration: ${problems.join('; ')}`)
+
+  const e = Value.Default(ConfigSchema, raw) as Env
+  return {
+    host: e.HOST,
+    port: e.PORT,
+    databaseUrl: e.DATABASE_URL,
+    dataDir: e.DATA_DIR,
+    redisUrl: e.REDIS_URL,
+    logLevel: e.LOG_LEVEL,
+    trustProxy: parseTrustProxy(e.TRUST_PROXY),
+    dailyMessageQuota: e.DAILY_MESSAGE_QUOTA,
+    rateLimitPerSecond: e.RATE_LIMIT_PER_SECOND,
+    maxBodyChars: e.MAX_BODY_CHARS,
+    maxAttachments: e.MAX_ATTACHMENTS,
+    maxAttachmentBytes: e.MAX_ATTACHMENT_BYTES,
+    testBotAddress: e.TEST_BOT_ADDRESS
+  }
+}

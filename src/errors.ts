@@ -1,0 +1,86 @@
+import { STATUS_CODES } from 'node:http'
+
+/** Stable error codes for programs (API.md §1). */
+export type ErrorCode =
+  | 'UNAUTHORIZED' | 'FORBIDDEN' | 'NOT_FOUND' | 'CONFLICT' | 'VALIDATION_FAILED'
+  | 'UNSUPPORTED_MEDIA_TYPE' | 'PAYLOAD_TOO_LARGE' | 'RATE_LIMITED' | 'QUOTA_EXCEEDED'
+  | 'IDEMPOTENCY_MISMATCH' | 'IDEMPOTENCY_IN_PROGRESS' | 'UNAVAILABLE' | 'INTERNAL'
+
+/** An error the service means to answer: a status, a stable code and a message for people. */
+export class AppError extends Error {
+  readonly statusCode: number
+  readonly code: ErrorCode
+  readonly headers: Record<string, string>
+
+  constructor (statusCode: number, code: ErrorCode, message: string, headers: Record<string, string> = {}) {
+    super(message)
+    this.name = new.target.name
+    this.statusCode = statusCode
+    this.code = code
+    this.headers = headers
+  }
+
+  toJSON (): ErrorBody {
+    return { statusCode: this.statusCode, error: STATUS_CODES[this.statusCode] ?? 'Error', message: this.message, code: this.code }
+  }
+}
+
+export interface ErrorBody {
+  statusCode: number
+  error: string
+  message: string
+  code: ErrorCode
+}
+
+export class Unauthorized extends AppError {
+  constructor (message = 'Missing or invalid API key credentials (HTTP Basic: key id and secret)') {
+    super(401, 'UNAUTHORIZED', message, { 'www-authenticate': 'Basic realm="parley"' })
+  }
+}
+
+export class Forbidden extends AppError {
+  constructor (message: string) { super(403, 'FORBIDDEN', message) }
+}
+
+export class NotFound extends AppError {
+  /** `new NotFound('message', id)` → "message msg_… not found". */
+  constructor (thing: string, id?: string) {
+    super(404, 'NOT_FOUND', id === undefined ? `${thing} not found` : `${thing} ${id} not found`)
+  }
+}
+
+export class Conflict extends AppError {
+  constructor (message: string) { super(409, 'CONFLICT', message) }
+}
+
+export class ValidationFailed extends AppError {
+  constructor (message: string) { super(400, 'VALIDATION_FAILED', message) }
+}
+
+export class UnsupportedMediaType extends AppError {
+  constructor (message: string) { super(415, 'UNSUPPORTED_MEDIA_TYPE', message) }
+}
+
+export class PayloadTooLarge extends AppError {
+  constructor (message: string) { super(413, 'PAYLOAD_TOO_LARGE', message) }
+}
+
+export class Unavailable extends AppError {
+  constructor (message = 'The database is unavailable; try again shortly') {
+    super(503, 'UNAVAILABLE', message, { 'retry-after': '1' })
+  }
+}
+
+export const RATE_LIMIT_MESSAGE = 'Too many requests/second, please try again later'
+
+export class RateLimited extends AppError {
+  constructor () { super(429, 'RATE_LIMITED', RATE_LIMIT_MESSAGE) }
+}
+
+/** An unexpected failure; the cause is logged, never answered. */
+export class Internal extends AppError {
+  constructor (cause: unknown) {
+    super(500, 'INTERNAL', 'Internal server error')
+    this.cause = cause
+  }
+}

@@ -1,0 +1,31 @@
+import { randomBytes } from 'node:crypto'
+
+// Crockford's base32, lower-case: URL-safe, no look-alike letters, sorts like the number it encodes.
+const ALPHABET = '0123456789abcdefghjkmnpqrstvwxyz'
+
+function base32 (bytes: Uint8Array): string {
+  let out = ''
+  let bits = 0
+  let value = 0
+  for (const byte of bytes) {
+    value = (value << 8) | byte
+    bits += 8
+    while (bits >= 5) {
+      out += ALPHABET[(value >>> (bits - 5)) & 31]
+      bits -= 5
+    }
+  }
+  if (bits > 0) out += ALPHABET[(value << (5 - bits)) & 31]
+  return out
+}
+
+/**
+ * A new id such as `msg_01jh…`: 48 bits of milliseconds then 80 random bits (a ULID's layout),
+ * so ids are unguessable yet roughly time-ordered.
+ */
+export function newId (prefix: string, now = Date.now()): string {
+  const bytes = Buffer.alloc(16)
+  bytes.writeUIntBE(now, 0, 6)
+  randomBytes(10).copy(bytes, 6)
+  return `${prefix}_${base32(bytes)}`
+}

@@ -1,0 +1,47 @@
+import { asc, eq, sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
+import { Conflict } from '../../errors.js'
+import { users, type UserRow } from './users.table.js'
+
+export interface NewUser {
+  address: string
+  displayName?: string | null | undefined
+  bot?: boolean
+}
+
+export function createUsersRepository (db: Db) {
+  return {
+    /** Creates a user; an address already taken throws Conflict. */
+    async create (user: NewUser): Promise<UserRow> {
+      try {
+        const [row] = await db.insert(users).values({
+          address: user.address.toLowerCase(),
+          displayName: user.displayName ?? null,
+          bot: user.bot ?? false
+        }).returning()
+        return row!
+      } catch (err) {
+        if (sqlState(err) === UNIQUE_VIOLATION) throw new Conflict(`user ${user.address.toLowerCase()} already exists`)
+        throw err
+      }
+    },
+
+    async find (address: string): Promise<UserRow | undefined> {
+      const [row] = await db.select().from(users).where(eq(users.address, address.toLowerCase()))
+      return row
+    },
+
+    async list (): Promise<UserRow[]> {
+      return db.select().from(users).orderBy(asc(users.address))
+    },
+
+    /** Makes sure the bot user exists and is marked as a bot (TEST_BOT_ADDRESS may differ from the seed). */
+    async ensureBot (address: string): Promise<void> {
+      await db.insert(users).values({ address: address.toLowerCase(), displayName: 'Test bot', bot: true })
+        .onConflictDoUpdate({ target: users.address, set: { bot: sql`true` } })
+    }
+  }
+}
+
+export type UsersRepository = ReturnType<typeof createUsersRepository>

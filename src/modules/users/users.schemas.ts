@@ -1,0 +1,13 @@
+import { Type, type Static } from 'typebox'
+import { AddressParam, Timestamp } from '../../schemas.js'
+
+export const UserSchema = Type.Object({
+  address: Type.String({ description: 'The user address, lower-case' }),
+  displayName: Type.Union([Type.String(), Type.Null()], { description: 'A name for people, if set' }),
+  bot: Type.Boolean({ description: 'True for automated users such as the test bot' }),
+  createdAt: Timestamp
+}, { title: 'User', description: 'A user of the platform' })
+
+export type User = Static<typeof UserSchema>
+
+export const UserParams = Type.Object({ user: AddressParam })

@@ -1,0 +1,70 @@
+import basicAuth from '@fastify/basic-auth'
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { isDatabaseUnavailable } from '../db/errors.js'
+import { Internal, Unauthorized, Unavailable } from '../errors.js'
+import type { Authenticator, Principal } from '../modules/keys/authenticator.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The verified API key, or null on a route that needs none or before authentication. */
+    principal: Principal | null
+    authError: Error | null
+  }
+  interface FastifyContextConfig {
+    /** The route answers without credentials (the OpenAPI document). */
+    public?: boolean
+  }
+}
+
+/** The caller of an authenticated route; throws if the route forgot to require auth. */
+export function principalOf (req: FastifyRequest): Principal {
+  if (req.principal === null) throw new Unauthorized()
+  return req.principal
+}
+
+/**
+ * HTTP Basic with key id and secret. Credentials are checked in onRequest, but a failure is
+ * only answered in preParsing, after the rate limiter has counted the request against the
+ * caller's IP: so a flood of bad credentials is throttled, and a real key's budget is charged
+ * only once its secret is proven.
+ */
+export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: Authenticator }) => {
+  app.decorateRequest('principal', null)
+  app.decorateRequest('authError', null)
+
+  await app.register(basicAuth, {
+    authenticate: { realm: 'parley' },
+    utf8: false,
+    async validate (keyId, secret, req) {
+      let principal: Principal | undefined
+      try {
+        principal = await opts.authenticator.authenticate(keyId, secret)
+      } catch (err) {
+        // basic-auth would turn any error without a status into a 401; a failing database is not one.
+        throw isDatabaseUnavailable(err) ? new Unavailable() : new Internal(err)
+      }
+      if (principal === undefined) throw new Unauthorized('Invalid API key credentials: unknown or revoked key id, or wrong secret')
+      req.principal = principal
+    }
+  })
+
+  app.addHook('onRequest', (req, reply, done) => {
+    if (req.routeOptions.config.public === true) return done()
+    app.basicAuth(req, reply, (err?: Error) => {
+      if (err !== undefined) {
+        // A database failure is not a credentials problem: answer it now (503).
+        if ((err as FastifyError).statusCode !== 401) return done(err)
+        req.authError = err
+      }
+      done()
+    })
+  })
+
+  app.addHook('preParsing', async (req) => {
+    if (req.routeOptions.config.public === true) return
+    if (req.principal === null) {
+      throw req.authError instanceof Unauthorized ? req.authError : new Unauthorized()
+    }
+  })
+}, { name: 'parley-auth' })

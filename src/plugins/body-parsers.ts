@@ -1,0 +1,60 @@
+import formbody from '@fastify/formbody'
+import multipart from '@fastify/multipart'
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { UnsupportedMediaType } from '../errors.js'
+import { readUpload } from './uploads.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The route takes file uploads, so it accepts multipart/form-data. */
+    acceptsFiles?: boolean
+  }
+}
+
+/** JSON and form bodies are capped at 1 MiB before they are buffered (API.md §1). */
+export const BODY_LIMIT = 1024 * 1024
+
+export interface BodyParserOptions {
+  maxAttachments: number
+  maxAttachmentBytes: number
+  maxBodyChars: number
+}
+
+/**
+ * Three body formats, one shape: JSON, form and multipart all arrive as a flat object of
+ * fields, so one TypeBox schema validates them all. Repeated form fields arrive as arrays, and
+ * Ajv's `coerceTypes: 'array'` (Fastify's default) turns a single value into a one-element
+ * list and numeric strings into numbers where the schema asks for them.
+ */
+export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParserOptions) => {
+  // Only the three formats of the contract: text/plain (a Fastify default) is refused with 415.
+  app.removeContentTypeParser('text/plain')
+  await app.register(formbody, { bodyLimit: BODY_LIMIT })
+  await app.register(multipart, {
+    attachFieldsToBody: 'keyValues',
+    limits: {
+      fileSize: opts.maxAttachmentBytes,
+      files: opts.maxAttachments,
+      fields: 32,
+      // A body of MAX_BODY_CHARS characters, each up to 4 bytes of UTF-8.
+      fieldSize: Math.max(opts.maxBodyChars * 4, 1024),
+      headerPairs: 100
+    },
+    async onFile (part) {
+      // keyValues mode stores `part.value` as the field's value.
+      (part as typeof part & { value: unknown }).value = await readUpload(part)
+    }
+  })
+
+  // A route that takes no files answers multipart with 415 before anything is read.
+  app.addHook('preParsing', async (req) => {
+    if (req.routeOptions.config.acceptsFiles === true) return
+    // The parser has not run yet in preParsing, so look at the header itself.
+    if (/^\s*multipart\//i.test(req.headers['content-type'] ?? '')) {
+      throw new UnsupportedMediaType(
+        `multipart/form-data is accepted only by routes that take files; send ${req.method} ${req.routeOptions.url ?? req.url} as application/json or application/x-www-form-urlencoded`
+      )
+    }
+  })
+}, { name: 'parley-body-parsers' })

@@ -1,0 +1,72 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { isDatabaseUnavailable } from '../db/errors.js'
+import { AppError, Internal, NotFound, PayloadTooLarge, RateLimited, Unauthorized, Unavailable, UnsupportedMediaType, ValidationFailed } from '../errors.js'
+
+const ACCEPTED_TYPES = 'application/json, application/x-www-form-urlencoded, or multipart/form-data where files are taken'
+
+/** Turns Fastify's and its plugins' errors into the application errors of the contract. */
+function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttachments: number, maxAttachmentBytes: number }): AppError {
+  if (err instanceof AppError) return err
+  if (err.validation !== undefined) return new ValidationFailed(err.message)
+  switch (err.code) {
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new UnsupportedMediaType(`Content-Type ${JSON.stringify(req.headers['content-type'] ?? '')} is not accepted; send ${ACCEPTED_TYPES}`)
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new ValidationFailed('Content-Length does not match the body')
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new PayloadTooLarge(`Request body is larger than the ${req.routeOptions.bodyLimit ?? 0} bytes allowed`)
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new ValidationFailed('body: a JSON body was announced but is empty')
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_CONTENT_TYPE':
+      return new ValidationFailed(`body: ${err.message}`)
+    case 'FST_REQ_FILE_TOO_LARGE':
+      return new PayloadTooLarge(`attachment: each file may be at most ${limits.maxAttachmentBytes} bytes`)
+    case 'FST_FILES_LIMIT':
+      return new ValidationFailed(`attachment: at most ${limits.maxAttachments} files per message`)
+    case 'FST_PARTS_LIMIT':
+    case 'FST_FIELDS_LIMIT':
+      return new ValidationFailed('body: too many multipart parts')
+    case 'FST_PROTO_VIOLATION':
+      return new ValidationFailed('body: field names __proto__ and constructor are not allowed')
+    case 'FST_MP_PREMATURE_CLOSE':
+      return new ValidationFailed('body: the multipart body ended early')
+    case 'FST_BASIC_AUTH_MISSING_OR_BAD_AUTHORIZATION_HEADER':
+      return new Unauthorized('Missing or malformed Authorization header: use HTTP Basic with your key id and secret')
+  }
+  if (isDatabaseUnavailable(err)) return new Unavailable()
+  const status = err.statusCode ?? 500
+  if (status === 401) return new Unauthorized()
+  if (status === 429) return new RateLimited()
+  if (status === 413) return new PayloadTooLarge(err.message)
+  if (status === 415) return new UnsupportedMediaType(err.message)
+  // Remaining client errors (busboy's malformed multipart, bad headers): the message is safe to show.
+  if (status >= 400 && status < 500) return new AppError(status, 'VALIDATION_FAILED', err.message)
+  return new Internal(err)
+}
+
+function send (reply: FastifyReply, error: AppError): FastifyReply {
+  for (const [name, value] of Object.entries(error.headers)) reply.header(name, value)
+  return reply.code(error.statusCode).type('application/json; charset=utf-8').send(error.toJSON())
+}
+
+/**
+ * The one place errors become HTTP: `{ statusCode, error, message, code }`. A 5xx is logged
+ * with its cause and answered with a generic message, since database errors carry SQL and
+ * parameters.
+ */
+export const errorsPlugin = fp(async (app: FastifyInstance, limits: { maxAttachments: number, maxAttachmentBytes: number }) => {
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const error = toAppError(err, req, limits)
+    if (error.statusCode >= 500) {
+      req.log.error({ err: error.cause ?? err, code: error.code }, 'request failed')
+    }
+    return send(reply, error)
+  })
+
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0] ?? req.url
+    return send(reply, new NotFound('route', `${req.method} ${path}`))
+  })
+}, { name: 'parley-errors' })

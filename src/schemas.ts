@@ -1,0 +1,23 @@
+import { Type } from 'typebox'
+
+/** Shared wire schemas: the error body every non-2xx answer carries, and common fields. */
+export const ErrorSchema = Type.Object({
+  statusCode: Type.Integer({ description: 'The HTTP status, repeated' }),
+  error: Type.String({ description: 'The HTTP reason phrase' }),
+  message: Type.String({ description: 'For people: names the field or thing at fault' }),
+  code: Type.String({ description: 'Stable for programs: UNAUTHORIZED, FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, …' })
+}, { $id: 'Error', description: 'Every error answer' })
+
+export const errorResponses = (...statuses: number[]) =>
+  Object.fromEntries(statuses.map((status) => [status, Type.Ref('Error')]))
+
+/** What every authenticated route may answer besides its own outcomes. */
+export const AUTHENTICATED_ERRORS = [400, 401, 429, 503] as const
+
+export const Timestamp = Type.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds' })
+
+/** An address as a client may write it: any case; the service compares lower-case. */
+export const AddressParam = Type.String({
+  pattern: '^[A-Za-z0-9][A-Za-z0-9.@+-]{0,63}$',
+  description: 'A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive'
+})
