@@ -1,0 +1,145 @@
+import { createHash, randomBytes } from 'node:crypto'
+import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { PGlite } from '@electric-sql/pglite'
+import pg from 'pg'
+import { connectPostgres, wrapPglite, type Database } from '../../src/db/client.js'
+import { MIGRATIONS_FOLDER, migrateDatabase } from '../../src/db/migrate.js'
+
+/** Changes whenever a migration does, so a stale snapshot or template is never reused. */
+function migrationsHash (): string {
+  const hash = createHash('sha256')
+  const files = readdirSync(MIGRATIONS_FOLDER, { recursive: true, encoding: 'utf8' }).sort()
+  for (const file of files) {
+    const path = join(MIGRATIONS_FOLDER, file)
+    if (file.endsWith('.sql') || file.endsWith('.json')) hash.update(file).update(readFileSync(path))
+  }
+  const pgliteVersion = (JSON.parse(readFileSync('node_modules/@electric-sql/pglite/package.json', 'utf8')) as { version: string }).version
+  return hash.update(pgliteVersion).digest('hex').slice(0, 12)
+}
+
+let snapshot: Promise<Blob> | undefined
+
+/**
+ * A migrated PGlite data directory as a tarball: initdb costs seconds and ~0.9 GB, loading a
+ * snapshot a fraction of that. Cached on disk for the other test processes of the run,
+ * written atomically so parallel files never read half a snapshot.
+ */
+async function pgliteSnapshot (): Promise<Blob> {
+  snapshot ??= (async () => {
+    const dir = join(tmpdir(), 'parley-test')
+    const file = join(dir, `pglite-${migrationsHash()}.tar.gz`)
+    if (existsSync(file)) return new Blob([readFileSync(file)])
+    const client = await PGlite.create()
+    const database = wrapPglite(client)
+    await migrateDatabase(database)
+    const dump = await client.dumpDataDir('gzip')
+    await database.close()
+    mkdirSync(dir, { recursive: true })
+    const partial = `${file}.${process.pid}.tmp`
+    writeFileSync(partial, Buffer.from(await dump.arrayBuffer()))
+    renameSync(partial, file)
+    return dump
+  })()
+  return snapshot
+}
+
+export interface TestDatabase {
+  database: Database
+  /** For child processes: the PostgreSQL URL of this database (undefined on PGlite). */
+  url: string | undefined
+  drop(): Promise<void>
+}
+
+export const usingPostgres = (): boolean => process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== ''
+
+function withDatabaseName (url: string, name: string): string {
+  const u = new URL(url)
+  u.pathname = `/${name}`
+  return u.toString()
+}
+
+async function admin<T> (fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: process.env.DATABASE_URL })
+  await client.connect()
+  try {
+    return await fn(client)
+  } finally {
+    await client.end()
+  }
+}
+
+let template: Promise<string> | undefined
+
+/** A migrated template database, made once per run (under an advisory lock across processes). */
+async function postgresTemplate (): Promise<string> {
+  template ??= admin(async (client) => {
+    const base = new URL(process.env.DATABASE_URL!).pathname.slice(1) || 'postgres'
+    const name = `${base.slice(0, 30)}_tpl_${migrationsHash()}`
+    await client.query('SELECT pg_advisory_lock(hashtext($1))', [name])
+    try {
+      const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])
+      if (exists.rowCount === 0) {
+        await client.query(`CREATE DATABASE "${name}"`)
+        const database = await connectPostgres(withDatabaseName(process.env.DATABASE_URL!, name), 1)
+        try {
+          await migrateDatabase(database)
+        } finally {
+          await database.close()
+        }
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name])
+    }
+    return name
+  })
+  return template
+}
+
+/** A fresh, migrated database of its own: PGlite from the snapshot, or a new PostgreSQL database. */
+export async function freshDatabase (): Promise<TestDatabase> {
+  if (!usingPostgres()) {
+    const client = await PGlite.create({ loadDataDir: await pgliteSnapshot() })
+    const database = wrapPglite(client)
+    let closed = false
+    return {
+      database: { ...database, close: async () => { if (!closed) { closed = true; await database.close() } } },
+      url: undefined,
+      drop: async () => { if (!closed) { closed = true; await database.close() } }
+    }
+  }
+  const tpl = await postgresTemplate()
+  const base = new URL(process.env.DATABASE_URL!).pathname.slice(1) || 'postgres'
+  const name = `${base.slice(0, 30)}_t_${randomBytes(6).toString('hex')}`
+  await admin(async (client) => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await client.query(`CREATE DATABASE "${name}" TEMPLATE "${tpl}"`)
+        return
+      } catch (err) {
+        // Another process may be connected to the template for a moment while it checks it.
+        if (attempt >= 20 || !/being accessed by other users/.test((err as Error).message)) throw err
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    }
+  })
+  const url = withDatabaseName(process.env.DATABASE_URL!, name)
+  const database = await connectPostgres(url, 5)
+  let closed = false
+  const close = async () => { if (!closed) { closed = true; await database.close() } }
+  return {
+    database: { ...database, close },
+    url,
+    drop: async () => {
+      await close()
+      await admin(async (client) => { await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`) })
+    }
+  }
+}
+
+/** A fresh embedded data directory for a child process, unpacked from the snapshot. */
+export async function freshDataDir (dir: string): Promise<void> {
+  const client = await PGlite.create(dir, { loadDataDir: await pgliteSnapshot() })
+  await client.close()
+}

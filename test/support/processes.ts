@@ -1,0 +1,84 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { TestContext } from '../helper.js'
+
+const BIN = join(import.meta.dirname, '..', '..', 'bin', 'parley.js')
+
+/** The environment of a child `parley`: ours, minus database settings, plus the test's own. */
+function childEnv (env: Record<string, string | undefined>): NodeJS.ProcessEnv {
+  const base: NodeJS.ProcessEnv = { ...process.env }
+  for (const name of ['DATABASE_URL', 'DATA_DIR', 'PORT', 'HOST', 'REDIS_URL', 'LOG_LEVEL']) delete base[name]
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) delete base[name]
+    else base[name] = value
+  }
+  return base
+}
+
+export interface CliResult { code: number | null, stdout: string, stderr: string }
+
+/** Runs `parley …` to completion. */
+export function runCli (args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+/** A scratch directory removed at teardown. */
+export function tempDir (t: TestContext, prefix = 'parley-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+export interface ServerProcess {
+  url: string
+  child: ChildProcess
+  output(): string
+  /** Sends SIGTERM and resolves with the exit code. */
+  stop(): Promise<number | null>
+}
+
+/**
+ * Starts `parley serve` as a child process on a free loopback port and resolves once it
+ * listens. Stopped at teardown if the test did not stop it.
+ */
+export function startServer (t: TestContext, env: Record<string, string | undefined>, timeoutMs = 60_000): Promise<ServerProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, 'serve'], {
+      env: childEnv({ HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env }),
+      stdio: ['ignore', 'pipe', 'pipe']
+    })
+    let output = ''
+    let exited = false
+    const exit = new Promise<number | null>((resolveExit) => child.on('exit', (code) => { exited = true; resolveExit(code) }))
+    const stop = async () => {
+      if (!exited) child.kill('SIGTERM')
+      return exit
+    }
+    t.teardown(async () => { await stop() })
+    const timer = setTimeout(() => reject(new Error(`server did not start within ${timeoutMs} ms:\n${output}`)), timeoutMs)
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString()
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
+      if (match !== null) {
+        clearTimeout(timer)
+        resolve({ url: match[1]!, child, output: () => output, stop })
+      }
+    }
+    child.stdout.on('data', onData)
+    child.stderr.on('data', onData)
+    void exit.then((code) => {
+      clearTimeout(timer)
+      reject(new Error(`server exited with ${code} before listening:\n${output}`))
+    })
+  })
+}
