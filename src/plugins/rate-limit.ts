@@ -1,8 +1,48 @@
-import rateLimit from '@fastify/rate-limit'
+import rateLimit, { type FastifyRateLimitStore } from '@fastify/rate-limit'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Redis } from 'ioredis'
 import { RateLimited } from '../errors.js'
+
+type StoreCallback = (err: Error | null, result?: { current: number, ttl: number }) => void
+
+/**
+ * In-process fixed windows. The plugin's own LocalStore hands every request the same mutable
+ * counter object and reads it after an await, so a burst of N concurrent requests all see
+ * count N and all but none are refused; this store answers each request with its own snapshot.
+ */
+export class FixedWindowStore implements FastifyRateLimitStore {
+  private readonly windows = new Map<string, { count: number, startedAt: number }>()
+
+  incr (key: string, cb: StoreCallback, timeWindow: number): void {
+    const now = Date.now()
+    let window = this.windows.get(key)
+    if (window === undefined || window.startedAt + timeWindow <= now) {
+      if (this.windows.size >= 100_000) this.sweep(now, timeWindow)
+      window = { count: 0, startedAt: now }
+      this.windows.set(key, window)
+    }
+    window.count += 1
+    cb(null, { current: window.count, ttl: window.startedAt + timeWindow - now })
+  }
+
+  read (key: string, cb: StoreCallback, timeWindow: number): void {
+    const now = Date.now()
+    const window = this.windows.get(key)
+    if (window === undefined || window.startedAt + timeWindow <= now) cb(null, { current: 0, ttl: 0 })
+    else cb(null, { current: window.count, ttl: window.startedAt + timeWindow - now })
+  }
+
+  child (): FixedWindowStore {
+    return new FixedWindowStore()
+  }
+
+  private sweep (now: number, timeWindow: number): void {
+    for (const [key, window] of this.windows) {
+      if (window.startedAt + timeWindow <= now) this.windows.delete(key)
+    }
+  }
+}
 
 export interface RateLimitOptions {
   perSecond: number
@@ -20,7 +60,9 @@ export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOp
     max: opts.perSecond,
     timeWindow: 1000,
     // Counters in Redis when configured; if Redis is unreachable, serve rather than fail closed.
-    ...(opts.redis !== undefined ? { redis: opts.redis, nameSpace: 'parley:rl:', skipOnError: true } : {}),
+    ...(opts.redis !== undefined
+      ? { redis: opts.redis, nameSpace: 'parley:rl:', skipOnError: true }
+      : { store: FixedWindowStore }),
     keyGenerator: (req) => req.principal !== null ? `key:${req.principal.keyId}` : `ip:${req.ip}`,
     errorResponseBuilder: () => new RateLimited()
   })

@@ -144,3 +144,11 @@ t.test('every answer carries X-Request-Id; a client token is kept', async (t) =>
   const hostile = await alice.get('/v2/user/alice', { headers: { 'x-request-id': 'bad id\twith spaces' } })
   t.not(hostile.headers['x-request-id'], 'bad id\twith spaces')
 })
+
+t.test('authentication is checked before the body is read or validated', async (t) => {
+  const { app } = await setup(t)
+  for (const [type, payload] of [['text/plain', 'x'], ['application/json', '{bad'], ['application/json', 'x'.repeat(2 * 1024 * 1024)]]) {
+    const res = await app.inject({ method: 'POST', url: '/v2/probe/echo', headers: { 'content-type': type! }, payload: payload! })
+    t.equal(res.statusCode, 401, `${type}: an unauthenticated caller learns nothing about body formats or limits`)
+  }
+})

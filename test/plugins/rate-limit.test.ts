@@ -1,0 +1,76 @@
+import { connect } from 'node:net'
+import t from 'tap'
+import { buildApp } from '../../src/app.js'
+import { RATE_LIMIT_MESSAGE } from '../../src/errors.js'
+import { basic, build, testConfig } from '../helper.js'
+
+const LIMITED = { statusCode: 429, error: 'Too Many Requests', message: 'Too many requests/second, please try again later', code: 'RATE_LIMITED' }
+
+t.test('the contract text of the rate-limit message is exact', async (t) => {
+  t.equal(RATE_LIMIT_MESSAGE, 'Too many requests/second, please try again later')
+})
+
+t.test('a key past RATE_LIMIT_PER_SECOND answers 429 RATE_LIMITED with Retry-After; another key is unaffected', async (t) => {
+  const { as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '5' } })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const burst = await Promise.all(Array.from({ length: 8 }, () => alice.get('/v2/user/alice')))
+  const statuses = burst.map((r) => r.statusCode).sort()
+  t.same(statuses, [200, 200, 200, 200, 200, 429, 429, 429])
+  const limited = burst.find((r) => r.statusCode === 429)!
+  t.same(limited.json(), LIMITED)
+  t.ok(Number(limited.headers['retry-after']) >= 1, 'Retry-After in seconds')
+  t.equal(limited.headers['x-ratelimit-limit'], '5')
+  t.equal(limited.headers['x-ratelimit-remaining'], '0')
+  t.ok(limited.headers['x-ratelimit-reset'] !== undefined)
+  const ok = burst.find((r) => r.statusCode === 200)!
+  t.equal(ok.headers['x-ratelimit-limit'], '5')
+  t.ok(Number(ok.headers['x-ratelimit-remaining']) < 5)
+
+  t.equal((await bob.get('/v2/user/bob')).statusCode, 200, 'another key has its own budget')
+  await new Promise((resolve) => setTimeout(resolve, 1100))
+  t.equal((await alice.get('/v2/user/alice')).statusCode, 200, 'the budget returns after a second')
+})
+
+t.test('unauthenticated requests are limited per IP', async (t) => {
+  const { app, as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '3' } })
+  const alice = await as('alice')
+  const anonymous = await Promise.all(Array.from({ length: 5 }, () =>
+    app.inject({ method: 'GET', url: '/v2/user/alice', remoteAddress: '10.0.0.7' })))
+  t.same(anonymous.map((r) => r.statusCode).sort(), [401, 401, 401, 429, 429])
+  t.same(anonymous.find((r) => r.statusCode === 429)!.json(), LIMITED)
+  const withKey = await app.inject({ method: 'GET', url: '/v2/user/alice', remoteAddress: '10.0.0.7', headers: { authorization: alice.authorization } })
+  t.equal(withKey.statusCode, 200, 'a verified key from the same IP has its own budget')
+})
+
+t.test('routes outside /v2 are not rate limited', async (t) => {
+  const { app } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1' } })
+  const res = await Promise.all(Array.from({ length: 3 }, () => app.inject({ method: 'GET', url: '/healthz' })))
+  t.same(res.map((r) => r.statusCode), [200, 200, 200])
+  t.equal(res[0]!.headers['x-ratelimit-limit'], undefined)
+})
+
+async function redisReachable (): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(6379, '127.0.0.1')
+    socket.once('connect', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => resolve(false))
+  })
+}
+
+const redisUp = await redisReachable()
+
+t.test('with REDIS_URL, two instances share one limit per key', {
+  skip: redisUp ? false : 'no Redis on 127.0.0.1:6379: shared rate limits not tested here'
+}, async (t) => {
+  const env = { RATE_LIMIT_PER_SECOND: '4', REDIS_URL: 'redis://127.0.0.1:6379' }
+  const first = await build(t, { env })
+  const second = await buildApp({ config: testConfig(env), database: first.database })
+  t.teardown(() => second.close())
+  await second.ready()
+  const { keyId, secret } = await first.as('alice')
+  const headers = { authorization: basic(keyId, secret) }
+  const answers = await Promise.all(Array.from({ length: 8 }, (_, i) =>
+    (i % 2 === 0 ? first.app : second).inject({ method: 'GET', url: '/v2/user/alice', headers })))
+  t.same(answers.map((r) => r.statusCode).sort(), [200, 200, 200, 200, 429, 429, 429, 429])
+})
