@@ -5,7 +5,6 @@ import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
 import { toUser } from './modules/users/users.routes.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
-import { startService } from './server.js'
 
 const USAGE = `Usage: parley <command> [options]
 
@@ -98,6 +97,8 @@ function keyJson (key: ApiKey) {
 }
 
 async function serve (config: Config): Promise<void> {
+  // Loaded only here: the other commands need none of the HTTP stack.
+  const { startService } = await import('./server.js')
   const service = await startService(config)
   let stopping = false
   const stop = (signal: string) => {

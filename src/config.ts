@@ -86,7 +86,9 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
   for (const [name, schema] of Object.entries(ConfigSchema.properties) as [string, TSchema & { description?: string }][]) {
     const given = env[name]
     if (given === undefined || given === '') continue
-    const value = Value.Convert(schema, given)
+    // Integers are written as plain decimal digits: "1.5", "1e3", "0x10" and "true" are mistakes.
+    const isInteger = (schema as { type?: unknown }).type === 'integer'
+    const value = isInteger && /^-?[0-9]+$/.test(given) ? Number(given) : given
     if (Value.Check(schema, value)) {
       raw[name] = value
     } else {

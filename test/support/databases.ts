@@ -143,3 +143,14 @@ export async function freshDataDir (dir: string): Promise<void> {
   const client = await PGlite.create(dir, { loadDataDir: await pgliteSnapshot() })
   await client.close()
 }
+
+/** A new, empty PostgreSQL database (no migrations), dropped by the returned function. */
+export async function emptyPostgresDatabase (): Promise<{ url: string, drop(): Promise<void> }> {
+  const base = new URL(process.env.DATABASE_URL!).pathname.slice(1) || 'postgres'
+  const name = `${base.slice(0, 30)}_e_${randomBytes(6).toString('hex')}`
+  await admin(async (client) => { await client.query(`CREATE DATABASE "${name}"`) })
+  return {
+    url: withDatabaseName(process.env.DATABASE_URL!, name),
+    drop: () => admin(async (client) => { await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`) })
+  }
+}

@@ -1,0 +1,174 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { emptyPostgresDatabase, freshDatabase, freshDataDir, usingPostgres } from './support/databases.js'
+import { runCli, startServer, tempDir } from './support/processes.js'
+import type { TestContext } from './helper.js'
+
+const backend = usingPostgres() ? 'PostgreSQL' : 'embedded PGlite'
+
+/** Environment for a `parley` child on a migrated database of its own. */
+async function migratedEnv (t: TestContext): Promise<Record<string, string>> {
+  if (usingPostgres()) {
+    const fresh = await freshDatabase()
+    await fresh.database.close()
+    t.teardown(() => fresh.drop())
+    return { DATABASE_URL: fresh.url! }
+  }
+  const dir = join(tempDir(t), 'data')
+  await freshDataDir(dir)
+  return { DATA_DIR: dir }
+}
+
+/** Environment for a `parley` child on an empty database. */
+async function emptyEnv (t: TestContext): Promise<Record<string, string>> {
+  if (usingPostgres()) {
+    const empty = await emptyPostgresDatabase()
+    t.teardown(() => empty.drop())
+    return { DATABASE_URL: empty.url }
+  }
+  return { DATA_DIR: join(tempDir(t), 'data') }
+}
+
+t.test(`parley migrate applies every migration once, then nothing (${backend})`, async (t) => {
+  const env = await emptyEnv(t)
+  const first = await runCli(['migrate', '--json'], env)
+  t.equal(first.code, 0, first.stderr)
+  t.same(JSON.parse(first.stdout), { applied: ['0000_init', '0001_seed_testbot'] })
+  const second = await runCli(['migrate'], env)
+  t.equal(second.code, 0, second.stderr)
+  t.match(second.stdout, /Nothing to apply/)
+  const users = await runCli(['user', 'list', '--json'], env)
+  t.match(JSON.parse(users.stdout), [{ address: 'testbot', bot: true }], 'the migrations create the test bot')
+})
+
+t.test('parley migrate run twice at once applies each migration exactly once (PostgreSQL)', {
+  skip: usingPostgres() ? false : 'needs DATABASE_URL: the embedded database admits one process'
+}, async (t) => {
+  const env = await emptyEnv(t)
+  const runs = await Promise.all([runCli(['migrate', '--json'], env), runCli(['migrate', '--json'], env), runCli(['migrate', '--json'], env)])
+  for (const run of runs) t.equal(run.code, 0, run.stderr)
+  const applied = runs.flatMap((run) => (JSON.parse(run.stdout) as { applied: string[] }).applied).sort()
+  t.same(applied, ['0000_init', '0001_seed_testbot'])
+})
+
+t.test('other commands refuse an unmigrated PostgreSQL with a clear line', {
+  skip: usingPostgres() ? false : 'the embedded database migrates itself'
+}, async (t) => {
+  const env = await emptyEnv(t)
+  const res = await runCli(['user', 'list'], env)
+  t.equal(res.code, 1)
+  t.match(res.stderr, /^parley: the database schema is behind \(2 migration\(s\) pending\); run `parley migrate` first\n$/)
+})
+
+t.test(`parley user and key commands (${backend})`, async (t) => {
+  const env = await migratedEnv(t)
+  const created = await runCli(['user', 'create', 'Alice', '--name', 'Alice Liddell', '--json'], env)
+  t.equal(created.code, 0, created.stderr)
+  t.match(JSON.parse(created.stdout), { address: 'alice', displayName: 'Alice Liddell', bot: false })
+
+  const again = await runCli(['user', 'create', 'alice'], env)
+  t.equal(again.code, 1)
+  t.equal(again.stderr, 'parley: user alice already exists\n')
+
+  const bad = await runCli(['user', 'create', 'not_valid'], env)
+  t.equal(bad.code, 2)
+  t.match(bad.stderr, /^parley: address "not_valid" must be 1-64 characters/)
+
+  const list = await runCli(['user', 'list'], env)
+  t.match(list.stdout, /ADDRESS\s+NAME\s+BOT\s+CREATED\nalice\s+Alice Liddell\s+no\s+\S+\ntestbot\s+Test bot\s+yes/)
+
+  const key = await runCli(['key', 'create', 'alice', '--json'], env)
+  t.equal(key.code, 0, key.stderr)
+  const { keyId, secret } = JSON.parse(key.stdout) as { keyId: string, secret: string }
+  t.same(Object.keys(JSON.parse(key.stdout)), ['keyId', 'secret'])
+  t.match(keyId, /^key_[0-9a-z]+$/)
+  t.match(secret, /^sk_/)
+
+  const text = await runCli(['key', 'create', 'alice', '--daily-quota', '5'], env)
+  t.match(text.stdout, /key id:\s+key_\w+\n\s+secret:\s+sk_/)
+
+  const noUser = await runCli(['key', 'create', 'nobody'], env)
+  t.equal(noUser.code, 1)
+  t.match(noUser.stderr, /user nobody does not exist/)
+
+  const keys = await runCli(['key', 'list', 'alice', '--json'], env)
+  const listed = JSON.parse(keys.stdout) as { keyId: string, dailyQuota: number | null, revokedAt: string | null }[]
+  t.equal(listed.length, 2)
+  t.match(listed, [{ keyId, address: 'alice', dailyQuota: null, revokedAt: null }, { dailyQuota: 5 }])
+  t.notMatch(keys.stdout, secret, 'key list never shows secrets')
+  t.notMatch((await runCli(['key', 'list'], env)).stdout, /sk_/)
+
+  const quota = await runCli(['key', 'quota', keyId, '250', '--json'], env)
+  t.equal(quota.code, 0, quota.stderr)
+  t.match(JSON.parse(quota.stdout), { keyId, dailyQuota: 250 })
+  const badQuota = await runCli(['key', 'quota', keyId, 'lots'], env)
+  t.equal(badQuota.code, 2)
+  t.match(badQuota.stderr, /N must be a whole number/)
+
+  const revoked = await runCli(['key', 'revoke', keyId], env)
+  t.equal(revoked.code, 0, revoked.stderr)
+  t.match(revoked.stdout, new RegExp(`Revoked key ${keyId}`))
+  t.match(JSON.parse((await runCli(['key', 'list', 'alice', '--json'], env)).stdout), [{ keyId, revokedAt: /Z$/ }])
+
+  const unknown = await runCli(['key', 'revoke', 'key_nope'], env)
+  t.equal(unknown.code, 1)
+  t.equal(unknown.stderr, 'parley: key key_nope not found\n')
+
+  const usage = await runCli(['frobnicate'], env)
+  t.equal(usage.code, 2)
+  t.match(usage.stderr, /unknown command "frobnicate"/)
+  const help = await runCli(['--help'], env)
+  t.equal(help.code, 0)
+  t.match(help.stdout, /parley <command>/)
+})
+
+t.test('a bad setting stops start-up with one line naming the variable', async (t) => {
+  const res = await runCli(['serve'], { PORT: 'abc', DATA_DIR: join(tempDir(t), 'data') })
+  t.equal(res.code, 1)
+  t.equal(res.stderr, 'parley: Invalid configuration: PORT must be an integer from 0 to 65535 (got "abc")\n')
+  const cli = await runCli(['user', 'list'], { DAILY_MESSAGE_QUOTA: 'many' })
+  t.equal(cli.code, 1)
+  t.match(cli.stderr, /^parley: Invalid configuration: DAILY_MESSAGE_QUOTA must be an integer/)
+})
+
+t.test('a key made with the CLI works against a server on PostgreSQL', {
+  skip: usingPostgres() ? false : 'needs DATABASE_URL'
+}, async (t) => {
+  const env = await emptyEnv(t)
+  t.equal((await runCli(['migrate'], env)).code, 0)
+  t.equal((await runCli(['user', 'create', 'alice'], env)).code, 0)
+  const { keyId, secret } = JSON.parse((await runCli(['key', 'create', 'alice', '--json'], env)).stdout) as { keyId: string, secret: string }
+  const server = await startServer(t, env)
+  const res = await fetch(`${server.url}/v2/user/testbot`, { headers: { authorization: `Basic ${Buffer.from(`${keyId}:${secret}`).toString('base64')}` } })
+  t.equal(res.status, 200)
+  t.match(await res.json(), { address: 'testbot', bot: true })
+  t.notMatch(server.output(), /key id:/, 'no demo key on PostgreSQL')
+  t.equal(await server.stop(), 0, 'SIGTERM stops it cleanly')
+})
+
+t.test('first start of an empty embedded database prints a demo key that works; later starts do not', {
+  skip: usingPostgres() ? 'the embedded-database start is tested in the PGlite run' : false
+}, async (t) => {
+  const dataDir = join(tempDir(t), 'data')
+  const first = await startServer(t, { DATA_DIR: dataDir }, 120_000)
+  const banner = first.output()
+  const curl = /curl -u (key_\w+):(sk_[\w-]+) -H 'Content-Type: application\/json' -d '\{"recipient":"testbot","body":"Hello, Parley!"\}' (http:\/\/127\.0\.0\.1:\d+)\/v2\/message/.exec(banner)
+  t.ok(curl, 'prints a ready curl line with the key and the real port')
+  const [, keyId, secret, base] = curl!
+  t.equal(base, first.url)
+  const res = await fetch(`${first.url}/v2/user/testbot`, { headers: { authorization: `Basic ${Buffer.from(`${keyId}:${secret}`).toString('base64')}` } })
+  t.equal(res.status, 200)
+  t.match(await res.json(), { address: 'testbot', bot: true })
+
+  const locked = await runCli(['user', 'list'], { DATA_DIR: dataDir })
+  t.equal(locked.code, 1, 'the CLI stays out of a data directory the server holds')
+  t.match(locked.stderr, /^parley: The embedded database in .* is in use by `parley serve` \(pid \d+\)/)
+  t.equal(locked.stderr.split('\n').length, 2, 'one line')
+
+  t.equal(await first.stop(), 0)
+  const second = await startServer(t, { DATA_DIR: dataDir }, 120_000)
+  t.notMatch(second.output(), /key id:|secret:/, 'no second demo key')
+  await second.stop()
+  const keys = JSON.parse((await runCli(['key', 'list', '--json'], { DATA_DIR: dataDir })).stdout) as unknown[]
+  t.equal(keys.length, 1)
+})

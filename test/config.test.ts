@@ -1,0 +1,73 @@
+import t from 'tap'
+import { ConfigError, loadConfig } from '../src/config.js'
+
+t.test('defaults follow API.md §8 and §2', async (t) => {
+  t.same(loadConfig({}), {
+    host: '127.0.0.1',
+    port: 3000,
+    databaseUrl: undefined,
+    dataDir: './data',
+    redisUrl: undefined,
+    logLevel: 'info',
+    trustProxy: false,
+    dailyMessageQuota: 100,
+    rateLimitPerSecond: 20,
+    maxBodyChars: 10_000,
+    maxAttachments: 10,
+    maxAttachmentBytes: 25 * 1024 * 1024,
+    testBotAddress: 'testbot'
+  })
+})
+
+t.test('values are read and coerced; empty strings count as unset', async (t) => {
+  const config = loadConfig({
+    HOST: '0.0.0.0', PORT: '8080', DATABASE_URL: 'postgres://u:p@db:5432/parley', DATA_DIR: '/var/lib/parley',
+    REDIS_URL: 'redis://cache:6379', LOG_LEVEL: 'debug', TRUST_PROXY: '2', DAILY_MESSAGE_QUOTA: '500',
+    RATE_LIMIT_PER_SECOND: '50', MAX_BODY_CHARS: '2000', MAX_ATTACHMENTS: '3', MAX_ATTACHMENT_BYTES: '1024',
+    TEST_BOT_ADDRESS: 'echo-bot', LOG_FORMAT: 'ignored'
+  })
+  t.match(config, {
+    host: '0.0.0.0', port: 8080, databaseUrl: 'postgres://u:p@db:5432/parley', dataDir: '/var/lib/parley',
+    redisUrl: 'redis://cache:6379', logLevel: 'debug', trustProxy: 2, dailyMessageQuota: 500,
+    rateLimitPerSecond: 50, maxBodyChars: 2000, maxAttachments: 3, maxAttachmentBytes: 1024, testBotAddress: 'echo-bot'
+  })
+  t.equal(loadConfig({ PORT: '' }).port, 3000)
+  t.equal(loadConfig({ TRUST_PROXY: 'true' }).trustProxy, true)
+  t.same(loadConfig({ TRUST_PROXY: '10.0.0.0/8,127.0.0.1' }).trustProxy, ['10.0.0.0/8', '127.0.0.1'])
+})
+
+t.test('a bad value throws one line naming the variable and what it accepts', async (t) => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ PORT: 'abc' }, /PORT must be an integer from 0 to 65535 \(got "abc"\)/],
+    [{ PORT: '70000' }, /PORT must be an integer from 0 to 65535/],
+    [{ LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent/],
+    [{ DAILY_MESSAGE_QUOTA: '-1' }, /DAILY_MESSAGE_QUOTA must be an integer/],
+    [{ RATE_LIMIT_PER_SECOND: '0' }, /RATE_LIMIT_PER_SECOND must be an integer from 1/],
+    [{ MAX_ATTACHMENT_BYTES: '1.5' }, /MAX_ATTACHMENT_BYTES must be an integer/],
+    [{ TEST_BOT_ADDRESS: 'Bad_Bot' }, /TEST_BOT_ADDRESS must be a user address/],
+    [{ TRUST_PROXY: 'maybe' }, /TRUST_PROXY must be true, false, a hop count/],
+    [{ DATABASE_URL: 'mysql://root:hunter2@db/x' }, /DATABASE_URL must be a PostgreSQL connection URL/],
+    [{ REDIS_URL: 'http://secret@cache' }, /REDIS_URL must be a Redis URL/]
+  ]
+  for (const [env, message] of cases) {
+    const name = Object.keys(env)[0]!
+    t.throws(() => loadConfig(env), ConfigError, name)
+    try {
+      loadConfig(env)
+    } catch (err) {
+      const text = (err as Error).message
+      t.match(text, message, name)
+      t.notMatch(text, /\n/, `${name}: one line`)
+    }
+  }
+})
+
+t.test('URLs that may hold passwords are never echoed back', async (t) => {
+  try {
+    loadConfig({ DATABASE_URL: 'mysql://root:hunter2@db/x', REDIS_URL: 'http://user:s3cret@cache' })
+    t.fail('should throw')
+  } catch (err) {
+    t.notMatch((err as Error).message, /hunter2|s3cret/)
+    t.match((err as Error).message, /DATABASE_URL.*; REDIS_URL/, 'every bad variable in the one line')
+  }
+})
