@@ -1,0 +1,24 @@
+# syntax=docker/dockerfile:1
+# Build stage: production dependencies only, from the lockfile.
+FROM node:20-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+
+# Runtime: the sources run through tsx, as `npm start` does; no dev dependencies, no root.
+FROM node:20-bookworm-slim
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json ./
+COPY bin ./bin
+COPY src ./src
+COPY migrations ./migrations
+ENV HOST=0.0.0.0 \
+    PORT=3000 \
+    DATA_DIR=/app/data
+RUN mkdir -p /app/data && chown node:node /app/data
+USER node
+EXPOSE 3000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+CMD ["node", "bin/parley.js", "serve"]
