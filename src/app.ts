@@ -7,7 +7,12 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { Redis } from 'ioredis'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
+import { createTestBot } from './modules/bot/test-bot.js'
+import { createEventBus } from './modules/events/event-bus.js'
+import { eventsRoutes } from './modules/events/events.routes.js'
+import { startRetention } from './modules/events/retention.js'
 import { healthRoutes } from './modules/health/health.routes.js'
+import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
 import { usersRoutes } from './modules/users/users.routes.js'
 import { authPlugin } from './plugins/auth.js'
@@ -78,6 +83,22 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     app.addHook('onClose', async () => { redis.disconnect() })
   }
 
+  // One LISTEN connection for the process: wakes long-polls and the test bot on new events.
+  const bus = createEventBus(database)
+  await bus.start()
+  const bot = createTestBot(database.db, bus, config.testBotAddress, app.log)
+  let stopRetention: (() => void) | undefined
+  app.addHook('onReady', async () => {
+    bot.start()
+    stopRetention = startRetention(database.db, app.log)
+  })
+  // Before connections drain: waiting long-polls answer (empty) now instead of holding shutdown.
+  app.addHook('preClose', async () => {
+    stopRetention?.()
+    await bus.stop()
+    await bot.stop()
+  })
+
   app.addSchema(ErrorSchema)
   await app.register(swagger, {
     openapi: {
@@ -109,6 +130,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
       schema: { hide: true }
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
+    await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars })
+    await v2.register(eventsRoutes, { db: database.db, bus })
   }, { prefix: '/v2' })
 
   return app

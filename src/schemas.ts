@@ -21,3 +21,6 @@ export const AddressParam = Type.String({
   pattern: '^[A-Za-z0-9][A-Za-z0-9.@+-]{0,63}$',
   description: 'A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive'
 })
+
+/** A 204 answer: nothing in the body. */
+export const NoContent = Type.Unsafe<undefined>({ type: 'null', description: 'No content' })

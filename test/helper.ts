@@ -2,7 +2,7 @@ import { Writable } from 'node:stream'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { buildApp } from '../src/app.js'
 import { loadConfig, type Config } from '../src/config.js'
-import type { Database, Db } from '../src/db/client.js'
+import { connectPostgres, type Database, type Db } from '../src/db/client.js'
 import { createKeysRepository } from '../src/modules/keys/keys.repository.js'
 import { createUsersRepository } from '../src/modules/users/users.repository.js'
 import { freshDatabase } from './support/databases.js'
@@ -55,6 +55,14 @@ export function encodeBody (body: Body | FormData, format: BodyFormat): { payloa
 }
 
 export interface Built {
+  /** The URL of this test's PostgreSQL database (undefined on PGlite). */
+  url: string | undefined
+  /**
+   * Another instance of the service on the same database: on PostgreSQL with its own pool and
+   * LISTEN connection, as a second process would have; on PGlite (one connection per process)
+   * sharing this one.
+   */
+  secondInstance(env?: Record<string, string>): Promise<FastifyInstance>
   app: FastifyInstance
   database: Database
   db: Db
@@ -95,7 +103,10 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
     }
   })
   const app = await buildApp({ config, database: fresh.database, logStream })
+  // Closed before this app and its database: second instances and the like.
+  const closers: (() => Promise<void>)[] = []
   t.teardown(async () => {
+    for (const close of closers.reverse()) await close()
     await app.close()
     await fresh.drop()
   })
@@ -129,6 +140,17 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
   }
 
   const built: Built = {
+    url: fresh.url,
+    async secondInstance (extraEnv = {}) {
+      const database = fresh.url !== undefined ? await connectPostgres(fresh.url, 5) : fresh.database
+      const other = await buildApp({ config: testConfig({ ...options.env, ...extraEnv }), database, logStream })
+      closers.push(async () => {
+        await other.close()
+        if (database !== fresh.database) await database.close()
+      })
+      await other.ready()
+      return other
+    },
     app,
     database: fresh.database,
     db,

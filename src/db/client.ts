@@ -26,6 +26,12 @@ export interface Database {
    * the migrations in a folder on that connection.
    */
   withLock<T>(lockKey: number, fn: (session: LockedSession) => Promise<T>): Promise<T>
+  /**
+   * Calls `onNotify` with the payload of every NOTIFY on `channel` (lower-case), over one
+   * connection for the whole process. `onReconnect` runs after a lost connection is back, since
+   * notifications sent meanwhile are gone. Resolves with a function that stops listening.
+   */
+  listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<() => Promise<void>>
   /** Resolves when the database answers a trivial query. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -56,6 +62,8 @@ export async function connectPostgres (url: string, poolSize = 10): Promise<Data
   // An idle client losing its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {})
   const db: Db = drizzlePg({ client: pool, schema })
+  // Listening connections are checked out of the pool for good; close() must hand them back.
+  const listeners = new Set<() => Promise<void>>()
   return {
     db,
     driver: 'pg',
@@ -74,10 +82,51 @@ export async function connectPostgres (url: string, poolSize = 10): Promise<Data
         client.release()
       }
     },
+    async listen (channel, onNotify, onReconnect) {
+      let client: pg.PoolClient | undefined
+      let stopped = false
+      let retry: NodeJS.Timeout | undefined
+      const connect = async (attempt: number): Promise<void> => {
+        try {
+          const c = await pool.connect()
+          c.on('notification', (msg) => { if (msg.channel === channel) onNotify(msg.payload ?? '') })
+          c.on('error', () => {
+            c.release(true)
+            if (client === c) client = undefined
+            if (!stopped) retry = setTimeout(() => { void connect(1) }, 200).unref()
+          })
+          await c.query(`LISTEN ${channel}`)
+          if (stopped) {
+            c.release(true)
+            return
+          }
+          client = c
+          if (attempt > 0) onReconnect?.()
+        } catch (err) {
+          if (attempt === 0) throw err
+          if (!stopped) retry = setTimeout(() => { void connect(attempt + 1) }, Math.min(5_000, 200 * attempt)).unref()
+        }
+      }
+      await connect(0)
+      const stop = async () => {
+        listeners.delete(stop)
+        stopped = true
+        clearTimeout(retry)
+        const c = client
+        client = undefined
+        if (c !== undefined) {
+          await c.query(`UNLISTEN ${channel}`).catch(() => {})
+          c.release(true)
+        }
+      }
+      listeners.add(stop)
+      return stop
+    },
     async ping () {
       await pool.query('SELECT 1')
     },
     async close () {
+      await Promise.all([...listeners].map((stop) => stop()))
       await pool.end()
     }
   }
@@ -93,6 +142,10 @@ export function wrapPglite (client: PGlite, options: { created?: boolean, onClos
     async withLock (_lockKey, fn) {
       // One connection in one process (the data directory lock): nothing else can interleave.
       return fn({ db, migrate: (folder) => migratePglite(drizzlePglite({ client, schema }), { migrationsFolder: folder }) })
+    },
+    async listen (channel, onNotify) {
+      const unlisten = await client.listen(channel, onNotify)
+      return async () => { await unlisten() }
     },
     async ping () {
       await db.execute(sql`SELECT 1`)

@@ -1,3 +1,7 @@
 export * from './settings.table.js'
 export * from '../modules/users/users.table.js'
 export * from '../modules/keys/keys.table.js'
+export * from '../modules/messages/messages.table.js'
+export * from '../modules/messages/idempotency.table.js'
+export * from '../modules/quota/quota.table.js'
+export * from '../modules/events/events.table.js'

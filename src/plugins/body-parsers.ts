@@ -3,7 +3,7 @@ import multipart from '@fastify/multipart'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { UnsupportedMediaType } from '../errors.js'
-import { readUpload } from './uploads.js'
+import { readUpload, UploadedFile } from './uploads.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -44,6 +44,16 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
     async onFile (part) {
       // keyValues mode stores `part.value` as the field's value.
       (part as typeof part & { value: unknown }).value = await readUpload(part)
+    }
+  })
+
+  // One file part arrives as a value, several as a list; a schema sees a list either way
+  // (Ajv's array coercion wraps scalars only, not objects).
+  app.addHook('preValidation', async (req) => {
+    if (req.routeOptions.config.acceptsFiles !== true || typeof req.body !== 'object' || req.body === null) return
+    const body = req.body as Record<string, unknown>
+    for (const [name, value] of Object.entries(body)) {
+      if (value instanceof UploadedFile) body[name] = [value]
     }
   })
 

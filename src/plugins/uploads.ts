@@ -1,6 +1,20 @@
 import { createHash } from 'node:crypto'
 import type { MultipartFile } from '@fastify/multipart'
 
+const TOKEN = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+$/
+
+/** The uploaded type when it is a plain `type/subtype`, else application/octet-stream. */
+export function safeContentType (given: string): string {
+  return TOKEN.test(given) && given.length <= 127 ? given.toLowerCase() : 'application/octet-stream'
+}
+
+/** A filename fit to store: no path, no control characters, at most 255 characters. */
+export function safeFilename (given: string | undefined): string {
+  // eslint-disable-next-line no-control-regex
+  const base = (given ?? '').split(/[\\/]/).pop()!.replace(/[\u0000-\u001f\u007f]/g, '').trim()
+  return [...(base === '' || base === '.' || base === '..' ? 'attachment' : base)].slice(0, 255).join('')
+}
+
 /**
  * A file part of a multipart body, read whole and hashed as it streamed in. Built only by the
  * multipart parser, so a JSON or form body can never pass a forged one off as a file: handlers
@@ -35,5 +49,5 @@ export async function readUpload (part: MultipartFile): Promise<UploadedFile> {
     hash.update(chunk as Buffer)
     chunks.push(chunk as Buffer)
   }
-  return new UploadedFile(part.filename, part.mimetype, Buffer.concat(chunks), hash.digest('hex'))
+  return new UploadedFile(safeFilename(part.filename), safeContentType(part.mimetype), Buffer.concat(chunks), hash.digest('hex'))
 }

@@ -1,4 +1,4 @@
-import { boolean, pgTable, text } from 'drizzle-orm/pg-core'
+import { bigint, boolean, pgTable, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
 
 export const users = pgTable('users', {
@@ -6,7 +6,10 @@ export const users = pgTable('users', {
   address: text('address').primaryKey(),
   displayName: text('display_name'),
   bot: boolean('bot').notNull().default(false),
-  createdAt: timestamptz('created_at').notNull().defaultNow()
+  createdAt: timestamptz('created_at').notNull().defaultNow(),
+  // The id of the newest event in this user's feed. Taking the next ids means locking this row,
+  // so two transactions writing to one feed commit their events in id order (no skipped events).
+  eventSeq: bigint('event_seq', { mode: 'number' }).notNull().default(0)
 })
 
 export type UserRow = typeof users.$inferSelect

@@ -1,0 +1,93 @@
+import type { Database } from '../../db/client.js'
+import { EVENTS_CHANNEL } from './events.repository.js'
+
+export interface Subscription {
+  /** Resolves true when the feed may have grown, false when `ms` ran out first. */
+  wait(ms: number): Promise<boolean>
+  cancel(): void
+}
+
+/**
+ * Wakes whoever waits on a feed when any instance commits an event to it. One LISTEN
+ * connection per process, however many long-polls wait; a waiter subscribes before it reads
+ * the feed, so an event committed between its read and its wait still wakes it.
+ */
+export function createEventBus (database: Database) {
+  const waiting = new Map<string, Set<() => void>>()
+  let stopListening: (() => Promise<void>) | undefined
+  let closing = false
+
+  function wake (address: string): void {
+    const set = waiting.get(address)
+    if (set === undefined) return
+    waiting.delete(address)
+    for (const fn of set) fn()
+  }
+
+  function wakeAll (): void {
+    for (const address of [...waiting.keys()]) wake(address)
+  }
+
+  return {
+    async start (): Promise<void> {
+      // Notifications sent while the connection was down are lost: let every waiter re-read.
+      stopListening = await database.listen(EVENTS_CHANNEL, (payload) => {
+        for (const address of payload.split(',')) wake(address)
+      }, wakeAll)
+    },
+
+    /** Answers every waiting long-poll now and refuses to wait from here on (shutdown). */
+    async stop (): Promise<void> {
+      closing = true
+      wakeAll()
+      await stopListening?.()
+      stopListening = undefined
+    },
+
+    get closing (): boolean {
+      return closing
+    },
+
+    /** How many requests wait on feeds right now (for metrics and caps). */
+    get waiters (): number {
+      let n = 0
+      for (const set of waiting.values()) n += set.size
+      return n
+    },
+
+    subscribe (address: string): Subscription {
+      let resolveWait: ((woken: boolean) => void) | undefined
+      let woken = closing
+      let timer: NodeJS.Timeout | undefined
+      const notify = () => {
+        woken = true
+        resolveWait?.(true)
+      }
+      const cancel = () => {
+        clearTimeout(timer)
+        const set = waiting.get(address)
+        set?.delete(notify)
+        if (set?.size === 0) waiting.delete(address)
+      }
+      if (!closing) {
+        let set = waiting.get(address)
+        if (set === undefined) waiting.set(address, set = new Set())
+        set.add(notify)
+      }
+      return {
+        cancel,
+        wait: (ms) => new Promise<boolean>((resolve) => {
+          if (woken || ms <= 0) {
+            cancel()
+            resolve(woken)
+            return
+          }
+          resolveWait = (value) => { cancel(); resolve(value) }
+          timer = setTimeout(() => { cancel(); resolve(false) }, ms)
+        })
+      }
+    }
+  }
+}
+
+export type EventBus = ReturnType<typeof createEventBus>

@@ -1,0 +1,117 @@
+import { and, asc, eq, gt, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { queryRows } from '../../db/rows.js'
+import { events, type EventRow } from './events.table.js'
+
+/** The NOTIFY channel: its payload is a comma-separated list of addresses whose feeds grew. */
+export const EVENTS_CHANNEL = 'parley_events'
+// NOTIFY payloads stop at 8000 bytes; addresses are at most 64 characters.
+const ADDRESSES_PER_NOTIFY = 100
+
+export type EventType =
+  | 'message.received' | 'message.deleted' | 'message.status'
+  | 'typing.started' | 'typing.stopped'
+  | 'group.created' | 'group.updated' | 'group.deleted' | 'group.members_added' | 'group.members_removed'
+
+export interface NewEvent {
+  address: string
+  type: EventType
+  data: unknown
+  messageId?: string
+  expiresAt?: Date
+}
+
+export interface Event {
+  id: string
+  type: string
+  createdAt: string
+  data: unknown
+}
+
+export function toEvent (row: EventRow): Event {
+  return { id: String(row.seq), type: row.type, createdAt: row.createdAt.toISOString(), data: row.data }
+}
+
+/** Rows of one feed that a reader may see: not acknowledged, not lapsed. */
+const visible = (address: string) => and(
+  eq(events.address, address),
+  isNull(events.ackedAt),
+  or(isNull(events.expiresAt), gt(events.expiresAt, sql`now()`))
+)
+
+export function createEventsRepository (db: Db) {
+  return {
+    /**
+     * Appends events to feeds; call it inside the transaction that makes the change. Each feed's
+     * next ids come from its user row, locked in address order (so two writers never deadlock)
+     * and held to commit, so a feed's events become visible in id order: a reader following
+     * `after = last` cannot miss one that commits late with a smaller id. Listeners hear of it
+     * by NOTIFY, which PostgreSQL delivers only on commit.
+     */
+    async append (newEvents: NewEvent[]): Promise<void> {
+      if (newEvents.length === 0) return
+      const counts = new Map<string, number>()
+      for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
+      const addresses = [...counts.keys()].sort()
+      await queryRows(db, sql`SELECT address FROM users WHERE address IN (${sql.join(addresses.map((a) => sql`${a}`), sql`, `)}) ORDER BY address FOR NO KEY UPDATE`)
+      const values = sql.join(addresses.map((a) => sql`(${a}::text, ${counts.get(a)!}::bigint)`), sql`, `)
+      const bumped = await queryRows<{ address: string, last: string | number }>(db, sql`
+        UPDATE users SET event_seq = users.event_seq + v.n
+        FROM (VALUES ${values}) AS v(address, n)
+        WHERE users.address = v.address
+        RETURNING users.address, users.event_seq AS last`)
+      const next = new Map(bumped.map((r) => [r.address, Number(r.last) - counts.get(r.address)! + 1]))
+      await db.insert(events).values(newEvents.map((e) => {
+        const seq = next.get(e.address)
+        if (seq === undefined) throw new Error(`no feed for ${e.address}`)
+        next.set(e.address, seq + 1)
+        return { address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }
+      }))
+      for (let i = 0; i < addresses.length; i += ADDRESSES_PER_NOTIFY) {
+        await db.execute(sql`SELECT pg_notify(${EVENTS_CHANNEL}, ${addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(',')})`)
+      }
+    },
+
+    /** Unacknowledged, unlapsed events of one feed with id > after, oldest first. */
+    async list (address: string, after: number, limit: number): Promise<EventRow[]> {
+      return db.select().from(events)
+        .where(and(visible(address), gt(events.seq, after)))
+        .orderBy(asc(events.seq))
+        .limit(limit)
+    },
+
+    /** Marks events of one feed acknowledged: the listed ids and/or every id up to `upTo`. */
+    async acknowledge (address: string, ids: number[], upTo: number | undefined): Promise<void> {
+      const which = []
+      if (ids.length > 0) which.push(inArray(events.seq, ids))
+      if (upTo !== undefined) which.push(lte(events.seq, upTo))
+      if (which.length === 0) return
+      await db.update(events).set({ ackedAt: sql`now()` })
+        .where(and(eq(events.address, address), isNull(events.ackedAt), or(...which)))
+    },
+
+    /** Removes a feed's events: all of them, or those up to `upTo`. */
+    async remove (address: string, upTo: number | undefined): Promise<void> {
+      await db.delete(events).where(upTo === undefined
+        ? eq(events.address, address)
+        : and(eq(events.address, address), lte(events.seq, upTo)))
+    },
+
+    /** Erases every feed's copy of a message (message.received carries its body). */
+    async eraseMessage (messageId: string): Promise<void> {
+      await db.delete(events).where(and(eq(events.messageId, messageId), eq(events.type, 'message.received')))
+    },
+
+    /** Retention: acknowledged events after 7 days, any event after 30, lapsed typing at once. */
+    async purge (): Promise<number> {
+      const gone = await db.delete(events).where(or(
+        lte(events.ackedAt, sql`now() - interval '7 days'`),
+        lte(events.createdAt, sql`now() - interval '30 days'`),
+        lte(events.expiresAt, sql`now() - interval '1 minute'`)
+      )).returning({ seq: events.seq })
+      return gone.length
+    }
+  }
+}
+
+export type EventsRepository = ReturnType<typeof createEventsRepository>

@@ -1,0 +1,77 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from 'typebox'
+import type { Db } from '../../db/client.js'
+import { ValidationFailed } from '../../errors.js'
+import { principalOf } from '../../plugins/auth.js'
+import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
+import type { EventBus } from './event-bus.js'
+import { createEventsRepository, toEvent } from './events.repository.js'
+import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
+
+export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus }> = async (app, { db, bus }) => {
+  const events = createEventsRepository(db)
+
+  app.get('/events', {
+    schema: {
+      tags: ['events'],
+      summary: 'Read the caller\'s events feed',
+      description: 'Unacknowledged events with id > after, oldest first. With wait, an empty answer is held until an event ' +
+        'arrives (from any instance) or wait seconds pass. Following after = last never skips an event.',
+      querystring: ListEventsQuery,
+      response: { 200: EventList, ...errorResponses(...AUTHENTICATED_ERRORS) }
+    }
+  }, async (req) => {
+    const me = principalOf(req).address
+    const after = Number(req.query.after ?? '0')
+    const limit = req.query.limit ?? 100
+    const deadline = Date.now() + (req.query.wait ?? 0) * 1000
+    let rows = await events.list(me, after, limit)
+    // Subscribe before each read, so an event committed between the read and the wait still wakes us.
+    while (rows.length === 0 && Date.now() < deadline && !bus.closing) {
+      const subscription = bus.subscribe(me)
+      rows = await events.list(me, after, limit)
+      if (rows.length > 0) {
+        subscription.cancel()
+        break
+      }
+      const gone = new Promise<boolean>((resolve) => req.raw.once('close', () => resolve(false)))
+      const woken = await Promise.race([subscription.wait(deadline - Date.now()), gone])
+      subscription.cancel()
+      if (!woken || req.raw.destroyed) break
+      rows = await events.list(me, after, limit)
+    }
+    const list = rows.map(toEvent)
+    return { events: list, last: list.at(-1)?.id ?? String(after) }
+  })
+
+  app.post('/events/ack', {
+    schema: {
+      tags: ['events'],
+      summary: 'Acknowledge events',
+      description: 'By ids, or every id up to upTo. Acknowledged events are no longer returned; ids not the caller\'s are ignored.',
+      body: AcknowledgeEventsBody,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS) }
+    }
+  }, async (req, reply) => {
+    const { ids, upTo } = req.body
+    if ((ids === undefined || ids.length === 0) && upTo === undefined) {
+      throw new ValidationFailed('body: give ids (a list of event ids) or upTo (an event id)')
+    }
+    await events.acknowledge(principalOf(req).address, (ids ?? []).map(Number), upTo === undefined ? undefined : Number(upTo))
+    return reply.code(204).send()
+  })
+
+  app.delete('/events', {
+    schema: {
+      tags: ['events'],
+      summary: 'Delete events',
+      description: 'Removes the caller\'s events: all of them, or those with id up to upTo.',
+      querystring: DeleteEventsQuery,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS) }
+    }
+  }, async (req, reply) => {
+    const upTo = req.query.upTo
+    await events.remove(principalOf(req).address, upTo === undefined ? undefined : Number(upTo))
+    return reply.code(204).send()
+  })
+}

@@ -1,0 +1,101 @@
+import { and, asc, eq, inArray, sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import type { UploadedFile } from '../../plugins/uploads.js'
+import type { Message } from './messages.schemas.js'
+import { attachments, deliveries, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
+
+const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
+
+type AttachmentMeta = Message['attachments'][number]
+
+export function toMessage (row: MessageRow, files: AttachmentMeta[]): Message {
+  return {
+    id: row.id,
+    sender: row.sender,
+    recipient: row.recipient,
+    body: row.body,
+    attachments: files,
+    createdAt: row.createdAt.toISOString()
+  }
+}
+
+export interface NewMessage {
+  id: string
+  sender: string
+  recipient: string
+  body: string
+  files: UploadedFile[]
+  /** Addresses that receive it, each with a delivery row. */
+  recipients: string[]
+}
+
+export function createMessagesRepository (db: Db) {
+  return {
+    /** Writes the message, its files and a delivery row per recipient; returns its wire form. */
+    async insert (m: NewMessage): Promise<Message> {
+      const [row] = await db.insert(messages).values({ id: m.id, sender: m.sender, recipient: m.recipient, body: m.body }).returning()
+      const files = m.files.map((f, i) => ({
+        messageId: m.id, n: i + 1, filename: f.filename, contentType: f.contentType, size: f.size, sha256: f.sha256, data: f.data
+      }))
+      if (files.length > 0) await db.insert(attachments).values(files)
+      if (m.recipients.length > 0) {
+        await db.insert(deliveries).values(m.recipients.map((recipient) => ({ messageId: m.id, recipient })))
+      }
+      return toMessage(row!, files.map((f) => ({ index: f.n, filename: f.filename, contentType: f.contentType, size: f.size })))
+    },
+
+    async find (id: string): Promise<MessageRow | undefined> {
+      const [row] = await db.select().from(messages).where(eq(messages.id, id))
+      return row
+    },
+
+    /** The wire form of a stored message, attachments listed without their bytes. */
+    async view (row: MessageRow): Promise<Message> {
+      const files = await db.select({ index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
+        .from(attachments).where(eq(attachments.messageId, row.id)).orderBy(asc(attachments.n))
+      return toMessage(row, files)
+    },
+
+    async attachment (messageId: string, n: number) {
+      const [row] = await db.select().from(attachments).where(and(eq(attachments.messageId, messageId), eq(attachments.n, n)))
+      return row
+    },
+
+    async delivery (messageId: string, recipient: string) {
+      const [row] = await db.select().from(deliveries).where(and(eq(deliveries.messageId, messageId), eq(deliveries.recipient, recipient)))
+      return row
+    },
+
+    async deliveries (messageId: string) {
+      return db.select().from(deliveries).where(eq(deliveries.messageId, messageId)).orderBy(asc(deliveries.recipient))
+    },
+
+    /** Erases the message for everyone: its row, files and delivery rows go (by cascade). */
+    async remove (id: string): Promise<void> {
+      await db.delete(messages).where(eq(messages.id, id))
+    },
+
+    /** Hides the message from one recipient only. */
+    async hide (id: string, recipient: string): Promise<void> {
+      await db.update(deliveries).set({ hiddenAt: sql`now()` })
+        .where(and(eq(deliveries.messageId, id), eq(deliveries.recipient, recipient)))
+    },
+
+    /**
+     * Moves a recipient's status forward (read implies delivered); a report that is not ahead
+     * changes nothing. Returns true when it changed.
+     */
+    async advance (messageId: string, recipient: string, status: DeliveryStatus): Promise<boolean> {
+      const changed = await db.update(deliveries).set({ status, updatedAt: sql`now()` })
+        .where(and(
+          eq(deliveries.messageId, messageId),
+          eq(deliveries.recipient, recipient),
+          inArray(deliveries.status, (Object.keys(RANK) as DeliveryStatus[]).filter((s) => RANK[s] < RANK[status]))
+        ))
+        .returning({ status: deliveries.status })
+      return changed.length > 0
+    }
+  }
+}
+
+export type MessagesRepository = ReturnType<typeof createMessagesRepository>

@@ -1,0 +1,45 @@
+import { sql } from 'drizzle-orm'
+import { customType, index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
+import { timestamptz } from '../../db/columns.js'
+import { users } from '../users/users.table.js'
+
+const bytea = customType<{ data: Buffer }>({ dataType: () => 'bytea' })
+
+export const messages = pgTable('messages', {
+  id: text('id').primaryKey(),
+  sender: text('sender').notNull().references(() => users.address, { onDelete: 'cascade' }),
+  // A user address or a group id (grp_…); the two never collide since addresses exclude "_".
+  recipient: text('recipient').notNull(),
+  body: text('body').notNull(),
+  createdAt: timestamptz('created_at').notNull().defaultNow()
+}, (t) => [
+  index('messages_sender_created_idx').on(t.sender, t.createdAt),
+  index('messages_recipient_created_idx').on(t.recipient, t.createdAt)
+])
+
+export const attachments = pgTable('attachments', {
+  messageId: text('message_id').notNull().references(() => messages.id, { onDelete: 'cascade' }),
+  // 1-based, in upload order: GET /message/{id}/attachment/{n}.
+  n: integer('n').notNull(),
+  filename: text('filename').notNull(),
+  contentType: text('content_type').notNull(),
+  size: integer('size').notNull(),
+  sha256: text('sha256').notNull(),
+  data: bytea('data').notNull()
+}, (t) => [primaryKey({ columns: [t.messageId, t.n] })])
+
+/** One row per recipient of a message: its delivery status, and whether it hid the message. */
+export const deliveries = pgTable('deliveries', {
+  messageId: text('message_id').notNull().references(() => messages.id, { onDelete: 'cascade' }),
+  recipient: text('recipient').notNull().references(() => users.address, { onDelete: 'cascade' }),
+  status: text('status', { enum: ['sent', 'delivered', 'read'] }).notNull().default('sent'),
+  updatedAt: timestamptz('updated_at').notNull().defaultNow(),
+  hiddenAt: timestamptz('hidden_at')
+}, (t) => [
+  primaryKey({ columns: [t.messageId, t.recipient] }),
+  index('deliveries_recipient_idx').on(t.recipient, t.messageId)
+])
+
+export type MessageRow = typeof messages.$inferSelect
+export type AttachmentRow = typeof attachments.$inferSelect
+export type DeliveryStatus = 'sent' | 'delivered' | 'read'

@@ -1,0 +1,150 @@
+import { createHash } from 'node:crypto'
+import { and, eq, gt, lte } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { AppError, NotFound, ValidationFailed } from '../../errors.js'
+import { newId } from '../../ids.js'
+import type { UploadedFile } from '../../plugins/uploads.js'
+import { createEventsRepository } from '../events/events.repository.js'
+import type { Principal } from '../keys/authenticator.js'
+import { createQuotaRepository, nextUtcMidnight, QuotaExceeded, utcDay, type QuotaState } from '../quota/quota.repository.js'
+import { createUsersRepository } from '../users/users.repository.js'
+import { idempotencyKeys } from './idempotency.table.js'
+import { createMessagesRepository } from './messages.repository.js'
+import type { Message } from './messages.schemas.js'
+
+const ADDRESS = /^[a-z0-9][a-z0-9.@+-]{0,63}$/
+const GROUP_ID = /^grp_[0-9a-z]{26}$/
+const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
+
+export class IdempotencyMismatch extends AppError {
+  constructor (key: string) {
+    super(422, 'IDEMPOTENCY_MISMATCH', `Idempotency-Key ${JSON.stringify(key)} was already used with different fields`)
+  }
+}
+
+/** Who a message goes to: a user (itself), or a group (issue 4: its members but the sender). */
+async function resolveRecipients (db: Db, recipient: string): Promise<{ recipient: string, addresses: string[] }> {
+  if (GROUP_ID.test(recipient)) throw new NotFound('group', recipient)
+  const address = recipient.toLowerCase()
+  if (!ADDRESS.test(address)) {
+    throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
+  }
+  const user = await createUsersRepository(db).find(address)
+  if (user === undefined) throw new NotFound('user', address)
+  return { recipient: address, addresses: [address] }
+}
+
+export interface Delivery {
+  sender: string
+  recipient: string
+  body: string
+  files: UploadedFile[]
+}
+
+/**
+ * Writes a message with everything that belongs to it, inside the caller's transaction: the
+ * message and its files, a delivery row per recipient, and a message.received event in each
+ * recipient's feed.
+ */
+export async function deliverMessage (tx: Db, d: Delivery): Promise<Message> {
+  const target = await resolveRecipients(tx, d.recipient)
+  const message = await createMessagesRepository(tx).insert({
+    id: newId('msg'), sender: d.sender, recipient: target.recipient, body: d.body, files: d.files, recipients: target.addresses
+  })
+  await createEventsRepository(tx).append(target.addresses.map((address) => ({
+    address, type: 'message.received', data: { message }, messageId: message.id
+  })))
+  return message
+}
+
+export interface SendInput {
+  principal: Principal
+  recipient: string
+  body: string
+  files: UploadedFile[]
+  idempotencyKey?: string | undefined
+}
+
+export interface SendResult {
+  message: Message
+  quota: QuotaState
+  /** True when this answered an earlier send with the same Idempotency-Key. */
+  replayed: boolean
+}
+
+/** SHA-256 over what makes two sends the same send; files by their own hashes. */
+function requestHash (input: SendInput): string {
+  return createHash('sha256').update(JSON.stringify({
+    recipient: input.recipient.toLowerCase(),
+    body: input.body,
+    files: input.files.map((f) => [f.filename, f.contentType, f.sha256])
+  })).digest('hex')
+}
+
+/** Raised inside the transaction to roll it back when a racing duplicate committed first. */
+class DuplicateCommitted extends Error {}
+
+/**
+ * POST /message: one transaction holds the message, its deliveries and events, the
+ * Idempotency-Key record and the day's quota count, so a send is either all there (and
+ * answered 200 after commit) or not at all.
+ */
+export async function sendMessage (db: Db, input: SendInput): Promise<SendResult> {
+  const { principal } = input
+  if (input.body === '' && input.files.length === 0) {
+    throw new ValidationFailed('body: must not be empty unless the message has an attachment')
+  }
+  const now = new Date()
+  const day = utcDay(now)
+  const quotaState = (used: number): QuotaState => ({ limit: principal.dailyQuota, used, resetAt: nextUtcMidnight(now) })
+  const hash = input.idempotencyKey === undefined ? undefined : requestHash(input)
+
+  const replay = async (): Promise<SendResult | undefined> => {
+    if (input.idempotencyKey === undefined) return undefined
+    const [earlier] = await db.select().from(idempotencyKeys).where(and(
+      eq(idempotencyKeys.keyId, principal.keyId),
+      eq(idempotencyKeys.idempotencyKey, input.idempotencyKey),
+      gt(idempotencyKeys.createdAt, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS))
+    ))
+    if (earlier === undefined) return undefined
+    if (earlier.requestHash !== hash) throw new IdempotencyMismatch(input.idempotencyKey)
+    const messages = createMessagesRepository(db)
+    const row = await messages.find(earlier.messageId)
+    if (row === undefined) return undefined
+    const used = await createQuotaRepository(db).used(principal.keyId, day)
+    return { message: await messages.view(row), quota: quotaState(used), replayed: true }
+  }
+
+  const earlier = await replay()
+  if (earlier !== undefined) return earlier
+
+  try {
+    return await db.transaction(async (tx) => {
+      const message = await deliverMessage(tx, { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files })
+      if (input.idempotencyKey !== undefined) {
+        // An expired record may be replaced; a live one makes this send a duplicate. A racing
+        // duplicate waits on the insert below until the first commits, then finds the key taken.
+        await tx.delete(idempotencyKeys).where(and(
+          eq(idempotencyKeys.keyId, principal.keyId),
+          eq(idempotencyKeys.idempotencyKey, input.idempotencyKey),
+          lte(idempotencyKeys.createdAt, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS))
+        ))
+        const claimed = await tx.insert(idempotencyKeys)
+          .values({ keyId: principal.keyId, idempotencyKey: input.idempotencyKey, requestHash: hash!, messageId: message.id })
+          .onConflictDoNothing()
+          .returning({ key: idempotencyKeys.idempotencyKey })
+        if (claimed.length === 0) throw new DuplicateCommitted()
+      }
+      // Last, so the key's quota row is locked for as short a time as possible.
+      const used = await createQuotaRepository(tx).consume(principal.keyId, day, principal.dailyQuota)
+      if (used === undefined) throw new QuotaExceeded(quotaState(principal.dailyQuota))
+      return { message, quota: quotaState(used), replayed: false }
+    })
+  } catch (err) {
+    if (err instanceof DuplicateCommitted) {
+      const original = await replay()
+      if (original !== undefined) return original
+    }
+    throw err
+  }
+}
