@@ -35,6 +35,10 @@ function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttach
     case 'FST_BASIC_AUTH_MISSING_OR_BAD_AUTHORIZATION_HEADER':
       return new Unauthorized('Missing or malformed Authorization header: use HTTP Basic with your key id and secret')
   }
+  // busboy's parse errors carry no status: a malformed multipart body is the client's fault.
+  if (err.statusCode === undefined && /[\\/]@fastify[\\/]busboy[\\/]/.test(err.stack ?? '')) {
+    return new ValidationFailed(`body: malformed multipart/form-data (${err.message})`)
+  }
   if (isDatabaseUnavailable(err)) return new Unavailable()
   const status = err.statusCode ?? 500
   if (status === 401) return new Unauthorized()
