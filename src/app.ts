@@ -17,7 +17,8 @@ import { createAuthenticator, type Authenticator } from './modules/keys/authenti
 import { usersRoutes } from './modules/users/users.routes.js'
 import { authPlugin } from './plugins/auth.js'
 import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
-import { errorsPlugin } from './plugins/errors.js'
+import { AppError, ValidationFailed } from './errors.js'
+import { errorsPlugin, sendError } from './plugins/errors.js'
 import { rateLimitPlugin } from './plugins/rate-limit.js'
 import { ErrorSchema } from './schemas.js'
 
@@ -62,6 +63,14 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     genReqId: (req) => {
       const given = req.headers['x-request-id']
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID()
+    },
+    // Errors the router raises before any hook runs: answered in the contract's shape too.
+    frameworkErrors: (err, req, reply) => {
+      reply.header('x-request-id', req.id)
+      const error = err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+        ? new AppError(414, 'VALIDATION_FAILED', 'A path segment is longer than 100 characters')
+        : new ValidationFailed(`Malformed URL: ${err.message}`)
+      sendError(reply, error)
     },
     // Long-polls hold a request for up to 30 s; anything slower than this is stuck.
     requestTimeout: 120_000,

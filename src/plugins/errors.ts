@@ -50,7 +50,7 @@ function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttach
   return new Internal(err)
 }
 
-function send (reply: FastifyReply, error: AppError): FastifyReply {
+export function sendError (reply: FastifyReply, error: AppError): FastifyReply {
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value)
   return reply.code(error.statusCode).type('application/json; charset=utf-8').send(error.toJSON())
 }
@@ -66,11 +66,11 @@ export const errorsPlugin = fp(async (app: FastifyInstance, limits: { maxAttachm
     if (error.statusCode >= 500) {
       req.log.error({ err: error.cause ?? err, code: error.code }, 'request failed')
     }
-    return send(reply, error)
+    return sendError(reply, error)
   })
 
   app.setNotFoundHandler((req, reply) => {
     const path = req.url.split('?')[0] ?? req.url
-    return send(reply, new NotFound('route', `${req.method} ${path}`))
+    return sendError(reply, new NotFound('route', `${req.method} ${path}`))
   })
 }, { name: 'parley-errors' })

@@ -8,7 +8,7 @@ import { makePng } from '../../support/png.js'
 function form (fields: Record<string, string>, files: { name?: string, data: Buffer, type: string, filename: string }[]): FormData {
   const body = new FormData()
   for (const [name, value] of Object.entries(fields)) body.append(name, value)
-  for (const file of files) body.append(file.name ?? 'attachment', new Blob([file.data], { type: file.type }), file.filename)
+  for (const file of files) body.append(file.name ?? 'attachment', new Blob([new Uint8Array(file.data)], { type: file.type }), file.filename)
   return body
 }
 

@@ -1,0 +1,117 @@
+import t from 'tap'
+import { sql } from 'drizzle-orm'
+import { queryRows } from '../../../src/db/rows.js'
+import { createEventsRepository } from '../../../src/modules/events/events.repository.js'
+import { purgeExpired } from '../../../src/modules/events/retention.js'
+import { build } from '../../helper.js'
+
+async function sendMany (caller: { post: (url: string, body: Record<string, unknown>) => Promise<{ statusCode: number }> }, to: string, n: number) {
+  for (let i = 1; i <= n; i++) await caller.post('/v2/message', { recipient: to, body: `m${i}` })
+}
+
+t.test('GET /v2/events pages with after and limit; last is the cursor', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await sendMany(alice, 'bob', 5)
+  const first = (await bob.get('/v2/events?limit=2')).json()
+  t.same(first.events.map((e: { id: string }) => e.id), ['1', '2'])
+  t.equal(first.last, '2')
+  t.match(first.events[0], { id: '1', type: 'message.received', createdAt: /Z$/, data: { message: { sender: 'alice', recipient: 'bob', body: 'm1' } } })
+  const next = (await bob.get(`/v2/events?after=${first.last}&limit=10`)).json()
+  t.same(next.events.map((e: { id: string }) => e.id), ['3', '4', '5'])
+  const empty = (await bob.get('/v2/events?after=5')).json()
+  t.same(empty, { events: [], last: '5' }, 'an empty page gives back the after it was given')
+  t.equal((await alice.get('/v2/events')).json().events.length, 0, 'feeds are per user')
+  for (const bad of ['after=-1', 'after=abc', 'limit=0', 'limit=1001', 'wait=31']) {
+    const res = await bob.get(`/v2/events?${bad}`)
+    t.equal(res.statusCode, 400, bad)
+    t.match(res.json(), { code: 'VALIDATION_FAILED', message: new RegExp(bad.split('=')[0]!) })
+  }
+})
+
+t.test('every key of a user reads the same feed', async (t) => {
+  const { as, createKey, callerFor } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  const second = callerFor('bob', await createKey('bob'))
+  await sendMany(alice, 'bob', 1)
+  t.equal((await second.get('/v2/events')).json().events.length, 1)
+})
+
+t.test('POST /v2/events/ack by ids or upTo; acknowledged events are not returned; others\' ids are ignored', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  await sendMany(alice, 'bob', 5)
+  await sendMany(alice, 'carol', 2)
+  t.equal((await bob.post('/v2/events/ack', { ids: ['2', '4'] })).statusCode, 204)
+  t.same((await bob.get('/v2/events')).json().events.map((e: { id: string }) => e.id), ['1', '3', '5'])
+  t.equal((await bob.post('/v2/events/ack', { upTo: '3' }, { format: 'form' })).statusCode, 204)
+  t.same((await bob.get('/v2/events')).json().events.map((e: { id: string }) => e.id), ['5'])
+  t.equal((await bob.post('/v2/events/ack', { ids: '5' }, { format: 'form' })).statusCode, 204, 'one form field is a one-element list')
+  t.same((await bob.get('/v2/events')).json().events, [])
+  t.equal((await carol.get('/v2/events')).json().events.length, 2, 'bob acknowledged his ids 1 and 2, not carol\'s')
+  const none = await bob.post('/v2/events/ack', {})
+  t.equal(none.statusCode, 400)
+  t.match(none.json(), { code: 'VALIDATION_FAILED', message: /ids.*upTo/ })
+  t.equal((await bob.post('/v2/events/ack', { ids: ['x'] })).statusCode, 400)
+})
+
+t.test('DELETE /v2/events removes all, or those up to upTo', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await sendMany(alice, 'bob', 4)
+  t.equal((await bob.delete('/v2/events?upTo=2')).statusCode, 204)
+  t.same((await bob.get('/v2/events')).json().events.map((e: { id: string }) => e.id), ['3', '4'])
+  t.equal((await bob.delete('/v2/events')).statusCode, 204)
+  t.same((await bob.get('/v2/events')).json().events, [])
+  await sendMany(alice, 'bob', 1)
+  t.same((await bob.get('/v2/events')).json().events.map((e: { id: string }) => e.id), ['5'], 'ids keep increasing after a delete')
+})
+
+t.test('GET /v2/events?wait holds an empty answer until an event arrives', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const started = Date.now()
+  const poll = bob.get('/v2/events?wait=10')
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  await alice.post('/v2/message', { recipient: 'bob', body: 'wake up' })
+  const res = await poll
+  const took = Date.now() - started
+  t.equal(res.statusCode, 200)
+  t.match(res.json(), { events: [{ data: { message: { body: 'wake up' } } }], last: '1' })
+  t.ok(took < 5_000, `answered as the event arrived (${took} ms)`)
+  const idle = Date.now()
+  const timedOut = await bob.get('/v2/events?after=1&wait=1')
+  t.same(timedOut.json(), { events: [], last: '1' })
+  t.ok(Date.now() - idle >= 900, 'an idle wait runs its course')
+})
+
+t.test('events past expiresAt are not returned; retention purges acknowledged and old events', async (t) => {
+  const { as, db } = await build(t)
+  const bob = await as('bob')
+  await createEventsRepository(db).append([
+    { address: 'bob', type: 'typing.started', data: { from: 'alice', to: 'bob' }, expiresAt: new Date(Date.now() - 1000) },
+    { address: 'bob', type: 'typing.started', data: { from: 'carol', to: 'bob' }, expiresAt: new Date(Date.now() + 60_000) }
+  ])
+  t.same((await bob.get('/v2/events')).json().events.map((e: { data: { from: string } }) => e.data.from), ['carol'])
+
+  await createEventsRepository(db).append([
+    { address: 'bob', type: 'message.deleted', data: { message: 'old-acked' } },
+    { address: 'bob', type: 'message.deleted', data: { message: 'ancient' } },
+    { address: 'bob', type: 'message.deleted', data: { message: 'recent-acked' } },
+    { address: 'bob', type: 'message.deleted', data: { message: 'fresh' } }
+  ])
+  await db.execute(sql`UPDATE events SET acked_at = now() - interval '8 days' WHERE data->>'message' = 'old-acked'`)
+  await db.execute(sql`UPDATE events SET created_at = now() - interval '31 days' WHERE data->>'message' = 'ancient'`)
+  await db.execute(sql`UPDATE events SET acked_at = now() - interval '1 day' WHERE data->>'message' = 'recent-acked'`)
+  await db.execute(sql`UPDATE events SET expires_at = now() - interval '2 minutes' WHERE data->>'from' = 'alice'`)
+  const result = await purgeExpired(db)
+  t.match(result, { ran: true, events: 3 })
+  const left = await queryRows<{ label: string }>(db, sql`SELECT coalesce(data->>'message', data->>'from') AS label FROM events ORDER BY seq`)
+  t.same(left.map((r) => r.label), ['carol', 'recent-acked', 'fresh'])
+})

@@ -1,0 +1,71 @@
+import t from 'tap'
+import { sql } from 'drizzle-orm'
+import { queryRows } from '../../../src/db/rows.js'
+import { build } from '../../helper.js'
+
+t.test('GET /v2/message/:id: sender and recipient read it, a stranger gets 403, an unknown id 404', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const sent = (await alice.post('/v2/message', { recipient: 'bob', body: 'secret plan' })).json()
+  for (const caller of [alice, bob]) {
+    const res = await caller.get(`/v2/message/${sent.id}`)
+    t.equal(res.statusCode, 200, caller.address)
+    t.same(res.json(), sent)
+  }
+  const stranger = await carol.get(`/v2/message/${sent.id}`)
+  t.equal(stranger.statusCode, 403)
+  t.match(stranger.json(), { code: 'FORBIDDEN', message: new RegExp(sent.id) })
+  t.notMatch(stranger.body, /secret plan/)
+  const unknown = await alice.get('/v2/message/msg_00000000000000000000000000')
+  t.equal(unknown.statusCode, 404)
+  t.same(unknown.json(), { statusCode: 404, error: 'Not Found', message: 'message msg_00000000000000000000000000 not found', code: 'NOT_FOUND' })
+  const malformed = await alice.get('/v2/message/msg_../../etc')
+  t.match(malformed.json(), { statusCode: 400, code: 'VALIDATION_FAILED', message: /params\/message/ })
+  const long = await alice.get(`/v2/message/msg_${'a'.repeat(300)}`)
+  t.equal(long.statusCode, 414)
+  t.match(long.json(), { statusCode: 414, error: 'URI Too Long', code: 'VALIDATION_FAILED' })
+  t.ok(long.headers['x-request-id'])
+})
+
+t.test('DELETE by a recipient hides the message for that recipient only', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const sent = (await alice.post('/v2/message', { recipient: 'bob', body: 'hi' })).json()
+  const res = await bob.delete(`/v2/message/${sent.id}`)
+  t.equal(res.statusCode, 204)
+  t.equal(res.body, '')
+  t.equal((await bob.get(`/v2/message/${sent.id}`)).statusCode, 404, 'gone for bob')
+  t.equal((await bob.delete(`/v2/message/${sent.id}`)).statusCode, 404)
+  t.equal((await alice.get(`/v2/message/${sent.id}`)).statusCode, 200, 'still there for alice')
+})
+
+t.test('DELETE by the sender erases body and attachments from storage and tells each recipient', async (t) => {
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const form = new FormData()
+  form.append('recipient', 'bob')
+  form.append('body', 'burn after reading')
+  form.append('attachment', new Blob([new Uint8Array(Buffer.from('TOP-SECRET-BYTES'))], { type: 'text/plain' }), 'plan.txt')
+  const sent = (await alice.post('/v2/message', form, { headers: { 'idempotency-key': 'k1' } })).json()
+  t.equal((await carol.delete(`/v2/message/${sent.id}`)).statusCode, 403, 'a stranger may not')
+  t.equal((await alice.delete(`/v2/message/${sent.id}`)).statusCode, 204)
+  for (const caller of [alice, bob]) {
+    t.equal((await caller.get(`/v2/message/${sent.id}`)).statusCode, 404, `${caller.address}: later reads 404`)
+    t.equal((await caller.get(`/v2/message/${sent.id}/attachment/1`)).statusCode, 404)
+  }
+  const [dump] = await queryRows<{ text: string }>(db, sql`
+    SELECT concat_ws(' ',
+      (SELECT string_agg(m::text, ' ') FROM messages m),
+      (SELECT string_agg(encode(a.data, 'escape'), ' ') FROM attachments a),
+      (SELECT string_agg(e.data::text, ' ') FROM events e),
+      (SELECT string_agg(i::text, ' ') FROM idempotency_keys i)) AS text`)
+  t.notMatch(dump!.text ?? '', /burn after reading|TOP-SECRET-BYTES/, 'no copy of body or bytes is left in any table')
+  const feed = (await bob.get('/v2/events')).json()
+  t.same(feed.events.map((e: { type: string }) => e.type), ['message.deleted'], 'the received event is gone, a deleted event arrived')
+  t.same(feed.events[0].data, { message: sent.id })
+})
