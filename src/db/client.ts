@@ -145,7 +145,8 @@ export function wrapPglite (client: PGlite, options: { created?: boolean, onClos
     },
     async listen (channel, onNotify) {
       const unlisten = await client.listen(channel, onNotify)
-      return async () => { await unlisten() }
+      // Unlistening on a closed PGlite never settles; there is nothing left to stop then.
+      return async () => { if (!client.closed) await unlisten() }
     },
     async ping () {
       await db.execute(sql`SELECT 1`)

@@ -40,8 +40,10 @@ export function createEventBus (database: Database) {
     async stop (): Promise<void> {
       closing = true
       wakeAll()
-      await stopListening?.()
+      const stop = stopListening
       stopListening = undefined
+      // A database already gone has dropped the listener with it.
+      await stop?.().catch(() => {})
     },
 
     get closing (): boolean {

@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import { ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
