@@ -90,6 +90,11 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   if (redis !== undefined) {
     redis.on('error', (err) => app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits fall back to allowing requests'))
     app.addHook('onClose', async () => { redis.disconnect() })
+    // Serve with shared counters from the first request: wait (briefly) for the connection.
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, 3_000)
+      redis.once('ready', () => { clearTimeout(timer); resolve() })
+    })
   }
 
   // One LISTEN connection for the process: wakes long-polls and the test bot on new events.

@@ -27,10 +27,23 @@ Reads the same environment as the server: DATABASE_URL, or the embedded database
 /** A mistake in how the command was called: exit 2, like most Unix tools. */
 class UsageError extends Error {}
 
-interface Output { json: boolean }
+/** Where a command reads its settings and writes its output: the process, or a test's buffers. */
+export interface CliIo {
+  env: NodeJS.ProcessEnv
+  stdout(text: string): void
+  stderr(text: string): void
+}
+
+const processIo: CliIo = {
+  env: process.env,
+  stdout: (text) => { process.stdout.write(text) },
+  stderr: (text) => { process.stderr.write(text) }
+}
+
+interface Output { json: boolean, io: CliIo }
 
 function print (out: Output, value: unknown, text: string): void {
-  process.stdout.write(out.json ? `${JSON.stringify(value, null, 2)}\n` : `${text}\n`)
+  out.io.stdout(out.json ? `${JSON.stringify(value, null, 2)}\n` : `${text}\n`)
 }
 
 function table (rows: string[][]): string {
@@ -116,7 +129,7 @@ async function serve (config: Config): Promise<void> {
   process.once('SIGINT', () => stop('SIGINT'))
 }
 
-export async function run (argv: string[]): Promise<void> {
+export async function run (argv: string[], io: CliIo = processIo): Promise<void> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -127,14 +140,14 @@ export async function run (argv: string[]): Promise<void> {
       'daily-quota': { type: 'string' }
     }
   })
-  const out: Output = { json: values.json }
+  const out: Output = { json: values.json, io }
   const [command, sub, ...rest] = positionals
   if (values.help || command === undefined || command === 'help') {
-    process.stdout.write(`${USAGE}\n`)
+    io.stdout(`${USAGE}\n`)
     return
   }
 
-  const config = loadConfig()
+  const config = loadConfig(io.env)
   switch (`${command} ${sub ?? ''}`.trim()) {
     case 'serve':
       return serve(config)
@@ -217,13 +230,14 @@ export async function run (argv: string[]): Promise<void> {
   }
 }
 
-/** Every failure ends as one line on stderr and a non-zero exit. */
-export async function main (argv: string[]): Promise<void> {
+/** Runs a command; every failure ends as one line on stderr. Resolves with the exit code. */
+export async function main (argv: string[], io: CliIo = processIo): Promise<number> {
   try {
-    await run(argv)
+    await run(argv, io)
+    return 0
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err)
-    process.stderr.write(`parley: ${reason.split('\n')[0]}\n`)
-    process.exitCode = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true ? 2 : 1
+    io.stderr(`parley: ${reason.split('\n')[0]}\n`)
+    return err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true ? 2 : 1
   }
 }

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { emptyPostgresDatabase, freshDatabase, freshDataDir, usingPostgres } from './support/databases.js'
-import { runCli, startServer, tempDir } from './support/processes.js'
+import { runCli, runCliInProcess, startServer, tempDir } from './support/processes.js'
 import type { TestContext } from './helper.js'
 
 const ALL_MIGRATIONS = (JSON.parse(readFileSync('migrations/meta/_journal.json', 'utf8')) as { entries: { tag: string }[] })
@@ -39,10 +39,10 @@ t.test(`parley migrate applies every migration once, then nothing (${backend})`,
   t.equal(first.code, 0, first.stderr)
   t.same(JSON.parse(first.stdout), { applied: ALL_MIGRATIONS })
   t.match(ALL_MIGRATIONS, ['0000_init', '0001_seed_testbot'])
-  const second = await runCli(['migrate'], env)
+  const second = await runCliInProcess(['migrate'], env)
   t.equal(second.code, 0, second.stderr)
   t.match(second.stdout, /Nothing to apply/)
-  const users = await runCli(['user', 'list', '--json'], env)
+  const users = await runCliInProcess(['user', 'list', '--json'], env)
   t.match(JSON.parse(users.stdout), [{ address: 'testbot', bot: true }], 'the migrations create the test bot')
 })
 
@@ -60,69 +60,69 @@ t.test('other commands refuse an unmigrated PostgreSQL with a clear line', {
   skip: usingPostgres() ? false : 'the embedded database migrates itself'
 }, async (t) => {
   const env = await emptyEnv(t)
-  const res = await runCli(['user', 'list'], env)
+  const res = await runCliInProcess(['user', 'list'], env)
   t.equal(res.code, 1)
   t.equal(res.stderr, `parley: the database schema is behind (${ALL_MIGRATIONS.length} migration(s) pending); run \`parley migrate\` first\n`)
 })
 
 t.test(`parley user and key commands (${backend})`, async (t) => {
   const env = await migratedEnv(t)
-  const created = await runCli(['user', 'create', 'Alice', '--name', 'Alice Liddell', '--json'], env)
+  const created = await runCliInProcess(['user', 'create', 'Alice', '--name', 'Alice Liddell', '--json'], env)
   t.equal(created.code, 0, created.stderr)
   t.match(JSON.parse(created.stdout), { address: 'alice', displayName: 'Alice Liddell', bot: false })
 
-  const again = await runCli(['user', 'create', 'alice'], env)
+  const again = await runCliInProcess(['user', 'create', 'alice'], env)
   t.equal(again.code, 1)
   t.equal(again.stderr, 'parley: user alice already exists\n')
 
-  const bad = await runCli(['user', 'create', 'not_valid'], env)
+  const bad = await runCliInProcess(['user', 'create', 'not_valid'], env)
   t.equal(bad.code, 2)
   t.match(bad.stderr, /^parley: address "not_valid" must be 1-64 characters/)
 
-  const list = await runCli(['user', 'list'], env)
+  const list = await runCliInProcess(['user', 'list'], env)
   t.match(list.stdout, /ADDRESS\s+NAME\s+BOT\s+CREATED\nalice\s+Alice Liddell\s+no\s+\S+\ntestbot\s+Test bot\s+yes/)
 
-  const key = await runCli(['key', 'create', 'alice', '--json'], env)
+  const key = await runCliInProcess(['key', 'create', 'alice', '--json'], env)
   t.equal(key.code, 0, key.stderr)
   const { keyId, secret } = JSON.parse(key.stdout) as { keyId: string, secret: string }
   t.same(Object.keys(JSON.parse(key.stdout)), ['keyId', 'secret'])
   t.match(keyId, /^key_[0-9a-z]+$/)
   t.match(secret, /^sk_/)
 
-  const text = await runCli(['key', 'create', 'alice', '--daily-quota', '5'], env)
+  const text = await runCliInProcess(['key', 'create', 'alice', '--daily-quota', '5'], env)
   t.match(text.stdout, /key id:\s+key_\w+\n\s+secret:\s+sk_/)
 
-  const noUser = await runCli(['key', 'create', 'nobody'], env)
+  const noUser = await runCliInProcess(['key', 'create', 'nobody'], env)
   t.equal(noUser.code, 1)
   t.match(noUser.stderr, /user nobody does not exist/)
 
-  const keys = await runCli(['key', 'list', 'alice', '--json'], env)
+  const keys = await runCliInProcess(['key', 'list', 'alice', '--json'], env)
   const listed = JSON.parse(keys.stdout) as { keyId: string, dailyQuota: number | null, revokedAt: string | null }[]
   t.equal(listed.length, 2)
   t.match(listed, [{ keyId, address: 'alice', dailyQuota: null, revokedAt: null }, { dailyQuota: 5 }])
   t.notMatch(keys.stdout, secret, 'key list never shows secrets')
-  t.notMatch((await runCli(['key', 'list'], env)).stdout, /sk_/)
+  t.notMatch((await runCliInProcess(['key', 'list'], env)).stdout, /sk_/)
 
-  const quota = await runCli(['key', 'quota', keyId, '250', '--json'], env)
+  const quota = await runCliInProcess(['key', 'quota', keyId, '250', '--json'], env)
   t.equal(quota.code, 0, quota.stderr)
   t.match(JSON.parse(quota.stdout), { keyId, dailyQuota: 250 })
-  const badQuota = await runCli(['key', 'quota', keyId, 'lots'], env)
+  const badQuota = await runCliInProcess(['key', 'quota', keyId, 'lots'], env)
   t.equal(badQuota.code, 2)
   t.match(badQuota.stderr, /N must be a whole number/)
 
-  const revoked = await runCli(['key', 'revoke', keyId], env)
+  const revoked = await runCliInProcess(['key', 'revoke', keyId], env)
   t.equal(revoked.code, 0, revoked.stderr)
   t.match(revoked.stdout, new RegExp(`Revoked key ${keyId}`))
-  t.match(JSON.parse((await runCli(['key', 'list', 'alice', '--json'], env)).stdout), [{ keyId, revokedAt: /Z$/ }])
+  t.match(JSON.parse((await runCliInProcess(['key', 'list', 'alice', '--json'], env)).stdout), [{ keyId, revokedAt: /Z$/ }])
 
-  const unknown = await runCli(['key', 'revoke', 'key_nope'], env)
+  const unknown = await runCliInProcess(['key', 'revoke', 'key_nope'], env)
   t.equal(unknown.code, 1)
   t.equal(unknown.stderr, 'parley: key key_nope not found\n')
 
-  const usage = await runCli(['frobnicate'], env)
+  const usage = await runCliInProcess(['frobnicate'], env)
   t.equal(usage.code, 2)
   t.match(usage.stderr, /unknown command "frobnicate"/)
-  const help = await runCli(['--help'], env)
+  const help = await runCliInProcess(['--help'], env)
   t.equal(help.code, 0)
   t.match(help.stdout, /parley <command>/)
 })
@@ -131,7 +131,7 @@ t.test('a bad setting stops start-up with one line naming the variable', async (
   const res = await runCli(['serve'], { PORT: 'abc', DATA_DIR: join(tempDir(t), 'data') })
   t.equal(res.code, 1)
   t.equal(res.stderr, 'parley: Invalid configuration: PORT must be an integer from 0 to 65535 (got "abc")\n')
-  const cli = await runCli(['user', 'list'], { DAILY_MESSAGE_QUOTA: 'many' })
+  const cli = await runCliInProcess(['user', 'list'], { DAILY_MESSAGE_QUOTA: 'many' })
   t.equal(cli.code, 1)
   t.match(cli.stderr, /^parley: Invalid configuration: DAILY_MESSAGE_QUOTA must be an integer/)
 })
@@ -140,9 +140,9 @@ t.test('a key made with the CLI works against a server on PostgreSQL', {
   skip: usingPostgres() ? false : 'needs DATABASE_URL'
 }, async (t) => {
   const env = await emptyEnv(t)
-  t.equal((await runCli(['migrate'], env)).code, 0)
-  t.equal((await runCli(['user', 'create', 'alice'], env)).code, 0)
-  const { keyId, secret } = JSON.parse((await runCli(['key', 'create', 'alice', '--json'], env)).stdout) as { keyId: string, secret: string }
+  t.equal((await runCliInProcess(['migrate'], env)).code, 0)
+  t.equal((await runCliInProcess(['user', 'create', 'alice'], env)).code, 0)
+  const { keyId, secret } = JSON.parse((await runCliInProcess(['key', 'create', 'alice', '--json'], env)).stdout) as { keyId: string, secret: string }
   const server = await startServer(t, env)
   const res = await fetch(`${server.url}/v2/user/testbot`, { headers: { authorization: `Basic ${Buffer.from(`${keyId}:${secret}`).toString('base64')}` } })
   t.equal(res.status, 200)
@@ -183,6 +183,6 @@ t.test('first start of an empty embedded database prints a demo key that works; 
   const second = await startServer(t, { DATA_DIR: dataDir }, 120_000)
   t.notMatch(second.output(), /key id:|secret:/, 'no second demo key')
   await second.stop()
-  const keys = JSON.parse((await runCli(['key', 'list', '--json'], { DATA_DIR: dataDir })).stdout) as unknown[]
+  const keys = JSON.parse((await runCliInProcess(['key', 'list', '--json'], { DATA_DIR: dataDir })).stdout) as unknown[]
   t.equal(keys.length, 1)
 })

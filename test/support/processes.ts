@@ -82,3 +82,20 @@ export function startServer (t: TestContext, env: Record<string, string | undefi
     })
   })
 }
+
+/**
+ * Runs `parley …` inside this process, as the CLI's `main` with the given environment: the
+ * same code as the binary without a process start per command. Process-level behaviour (exit
+ * status, signals, the data-directory lock) is tested with runCli.
+ */
+export async function runCliInProcess (args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
+  const { main } = await import('../../src/cli.js')
+  let stdout = ''
+  let stderr = ''
+  const code = await main(args, {
+    env: childEnv(env),
+    stdout: (text) => { stdout += text },
+    stderr: (text) => { stderr += text }
+  })
+  return { code, stdout, stderr }
+}
