@@ -5,9 +5,9 @@ import { NotFound, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { UploadedFile } from '../../plugins/uploads.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
-import { createEventsRepository } from '../events/events.repository.js'
 import { quotaHeaders } from '../quota/quota.repository.js'
 import { contentDisposition } from './content-disposition.js'
+import { deleteMessage } from './delete-message.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 import { AttachmentParams, MessageParams, MessageSchema, SendMessageHeaders, sendMessageBody } from './messages.schemas.js'
@@ -74,21 +74,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
   }, async (req, reply) => {
-    const me = principalOf(req).address
-    const id = req.params.message
-    const { role } = await readableMessage(messages, id, me)
-    if (role === 'sender') {
-      await db.transaction(async (tx) => {
-        const txMessages = createMessagesRepository(tx)
-        const recipients = (await txMessages.deliveries(id)).map((d) => d.recipient)
-        const events = createEventsRepository(tx)
-        await events.eraseMessage(id)
-        await txMessages.remove(id)
-        await events.append(recipients.map((address) => ({ address, type: 'message.deleted', data: { message: id } })))
-      })
-    } else {
-      await messages.hide(id, me)
-    }
+    await deleteMessage(db, req.params.message, principalOf(req).address)
     return reply.code(204).send()
   })
 

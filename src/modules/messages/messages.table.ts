@@ -1,4 +1,3 @@
-import { sql } from 'drizzle-orm'
 import { customType, index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
 import { users } from '../users/users.table.js'
