@@ -11,6 +11,7 @@ import { createTestBot } from './modules/bot/test-bot.js'
 import { createEventBus } from './modules/events/event-bus.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
 import { startRetention } from './modules/events/retention.js'
+import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
@@ -146,6 +147,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars })
     await v2.register(eventsRoutes, { db: database.db, bus })
+    await v2.register(groupsRoutes, { db: database.db })
   }, { prefix: '/v2' })
 
   return app

@@ -1,8 +1,10 @@
+import { sql } from 'drizzle-orm'
 import { customType, index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
 import { users } from '../users/users.table.js'
 
 const bytea = customType<{ data: Buffer }>({ dataType: () => 'bytea' })
+const tsvector = customType<{ data: string }>({ dataType: () => 'tsvector' })
 
 export const messages = pgTable('messages', {
   id: text('id').primaryKey(),
@@ -10,10 +12,14 @@ export const messages = pgTable('messages', {
   // A user address or a group id (grp_…); the two never collide since addresses exclude "_".
   recipient: text('recipient').notNull(),
   body: text('body').notNull(),
-  createdAt: timestamptz('created_at').notNull().defaultNow()
+  createdAt: timestamptz('created_at').notNull().defaultNow(),
+  // Words of the body for POST /search: the 'simple' configuration lower-cases and keeps every
+  // word as written (no stemming), which suits prefix matching in any language.
+  search: tsvector('search').generatedAlwaysAs(sql`to_tsvector('simple', body)`)
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
-  index('messages_recipient_created_idx').on(t.recipient, t.createdAt)
+  index('messages_recipient_created_idx').on(t.recipient, t.createdAt),
+  index('messages_search_idx').using('gin', t.search)
 ])
 
 export const attachments = pgTable('attachments', {

@@ -5,6 +5,8 @@ import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { newId } from '../../ids.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import { createGroupsRepository } from '../groups/groups.repository.js'
+import { memberGroup } from '../groups/groups.service.js'
 import type { Principal } from '../keys/authenticator.js'
 import { createQuotaRepository, nextUtcMidnight, QuotaExceeded, utcDay, type QuotaState } from '../quota/quota.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
@@ -22,9 +24,17 @@ export class IdempotencyMismatch extends AppError {
   }
 }
 
-/** Who a message goes to: a user (itself), or a group (issue 4: its members but the sender). */
-async function resolveRecipients (db: Db, recipient: string): Promise<{ recipient: string, addresses: string[] }> {
-  if (GROUP_ID.test(recipient)) throw new NotFound('group', recipient)
+/**
+ * Who a message (or a typing indicator) goes to: a user itself, or every member of a group but
+ * the sender, who must be a member. Inside a transaction the group row is held FOR SHARE, so a
+ * membership change cannot interleave and a message never reaches a non-member.
+ */
+export async function resolveRecipients (db: Db, sender: string, recipient: string): Promise<{ recipient: string, addresses: string[] }> {
+  if (GROUP_ID.test(recipient)) {
+    const groups = createGroupsRepository(db)
+    await memberGroup(groups, recipient, sender, 'share')
+    return { recipient, addresses: (await groups.members(recipient)).filter((a) => a !== sender) }
+  }
   const address = recipient.toLowerCase()
   if (!ADDRESS.test(address)) {
     throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
@@ -47,7 +57,7 @@ export interface Delivery {
  * recipient's feed.
  */
 export async function deliverMessage (tx: Db, d: Delivery): Promise<Message> {
-  const target = await resolveRecipients(tx, d.recipient)
+  const target = await resolveRecipients(tx, d.sender, d.recipient)
   const message = await createMessagesRepository(tx).insert({
     id: newId('msg'), sender: d.sender, recipient: target.recipient, body: d.body, files: d.files, recipients: target.addresses
   })

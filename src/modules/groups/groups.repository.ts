@@ -1,0 +1,105 @@
+import { and, asc, eq, ilike, inArray, sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { newId } from '../../ids.js'
+import { groupMembers, groups, type GroupRow } from './groups.table.js'
+
+export interface Group {
+  id: string
+  name: string
+  owner: string
+  members: string[]
+  createdAt: string
+  updatedAt: string
+}
+
+export function toGroup (row: GroupRow, members: string[]): Group {
+  return {
+    id: row.id,
+    name: row.name,
+    owner: row.owner,
+    members,
+    createdAt: row.createdAt.toISOString(),
+    updatedAt: row.updatedAt.toISOString()
+  }
+}
+
+/** Escapes LIKE's wildcards so user text matches itself. */
+export function likePattern (text: string): string {
+  return `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+}
+
+export function createGroupsRepository (db: Db) {
+  return {
+    async create (name: string, owner: string, members: string[]): Promise<Group> {
+      const [row] = await db.insert(groups).values({ id: newId('grp'), name, owner }).returning()
+      const all = [...new Set([owner, ...members])].sort()
+      await db.insert(groupMembers).values(all.map((address) => ({ groupId: row!.id, address })))
+      return toGroup(row!, all)
+    },
+
+    /**
+     * The group row; `lock` takes it FOR SHARE (a send, which must not race a membership
+     * change) or FOR UPDATE (a membership change), inside the caller's transaction.
+     */
+    async find (id: string, lock?: 'share' | 'update'): Promise<GroupRow | undefined> {
+      const query = db.select().from(groups).where(eq(groups.id, id))
+      const [row] = lock === undefined ? await query : await query.for(lock === 'share' ? 'share' : 'no key update')
+      return row
+    },
+
+    async members (id: string): Promise<string[]> {
+      const rows = await db.select({ address: groupMembers.address }).from(groupMembers)
+        .where(eq(groupMembers.groupId, id)).orderBy(asc(groupMembers.address))
+      return rows.map((r) => r.address)
+    },
+
+    async isMember (id: string, address: string): Promise<boolean> {
+      const [row] = await db.select({ address: groupMembers.address }).from(groupMembers)
+        .where(and(eq(groupMembers.groupId, id), eq(groupMembers.address, address)))
+      return row !== undefined
+    },
+
+    async view (row: GroupRow): Promise<Group> {
+      return toGroup(row, await this.members(row.id))
+    },
+
+    async rename (id: string, name: string): Promise<GroupRow> {
+      const [row] = await db.update(groups).set({ name, updatedAt: sql`now()` }).where(eq(groups.id, id)).returning()
+      return row!
+    },
+
+    async remove (id: string): Promise<void> {
+      await db.delete(groups).where(eq(groups.id, id))
+    },
+
+    /** Adds addresses; returns those that were not members before. */
+    async addMembers (id: string, addresses: string[]): Promise<string[]> {
+      if (addresses.length === 0) return []
+      const added = await db.insert(groupMembers).values(addresses.map((address) => ({ groupId: id, address })))
+        .onConflictDoNothing().returning({ address: groupMembers.address })
+      if (added.length > 0) await db.update(groups).set({ updatedAt: sql`now()` }).where(eq(groups.id, id))
+      return added.map((a) => a.address).sort()
+    },
+
+    async removeMembers (id: string, addresses: string[]): Promise<void> {
+      if (addresses.length === 0) return
+      await db.delete(groupMembers).where(and(eq(groupMembers.groupId, id), inArray(groupMembers.address, addresses)))
+      await db.update(groups).set({ updatedAt: sql`now()` }).where(eq(groups.id, id))
+    },
+
+    /** The caller's groups whose name contains `text`, by name. */
+    async searchMine (address: string, text: string, after: { name: string, id: string } | undefined, limit: number): Promise<GroupRow[]> {
+      const rows = await db.select({ group: groups }).from(groups)
+        .innerJoin(groupMembers, and(eq(groupMembers.groupId, groups.id), eq(groupMembers.address, address)))
+        .where(and(
+          ilike(groups.name, likePattern(text)),
+          after === undefined ? undefined : sql`(${groups.name}, ${groups.id}) > (${after.name}, ${after.id})`
+        ))
+        .orderBy(asc(groups.name), asc(groups.id))
+        .limit(limit)
+      return rows.map((r) => r.group)
+    }
+  }
+}
+
+export type GroupsRepository = ReturnType<typeof createGroupsRepository>

@@ -1,0 +1,29 @@
+import { Type } from 'typebox'
+import { AddressParam, Timestamp } from '../../schemas.js'
+
+export const GROUP_ID_PATTERN = '^grp_[0-9a-z]{26}$'
+
+export const GroupSchema = Type.Object({
+  id: Type.String({ description: 'grp_…' }),
+  name: Type.String(),
+  owner: Type.String({ description: 'Address of the owner' }),
+  members: Type.Array(Type.String(), { description: 'Addresses, the owner included' }),
+  createdAt: Timestamp,
+  updatedAt: Timestamp
+}, { title: 'Group' })
+
+export const GroupParams = Type.Object({
+  group: Type.String({ pattern: GROUP_ID_PATTERN, description: 'A group id (grp_…)' })
+})
+
+const GroupName = Type.String({ minLength: 1, maxLength: 100, description: '1-100 characters' })
+const Members = Type.Array(AddressParam, { maxItems: 1000, description: 'Addresses; a form repeats the field' })
+
+export const CreateGroupBody = Type.Object({
+  name: GroupName,
+  members: Type.Optional(Members)
+})
+
+export const RenameGroupBody = Type.Object({ name: GroupName })
+
+export const MembersBody = Type.Object({ members: Type.Array(AddressParam, { minItems: 1, maxItems: 1000 }) })

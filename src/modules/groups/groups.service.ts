@@ -1,0 +1,108 @@
+import type { Db } from '../../db/client.js'
+import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
+import { createEventsRepository, type EventType } from '../events/events.repository.js'
+import { createUsersRepository } from '../users/users.repository.js'
+import { createGroupsRepository, type Group, type GroupsRepository } from './groups.repository.js'
+import type { GroupRow } from './groups.table.js'
+
+/** A group the caller belongs to; unknown 404, not a member 403. */
+export async function memberGroup (groups: GroupsRepository, id: string, address: string, lock?: 'share' | 'update'): Promise<GroupRow> {
+  const row = await groups.find(id, lock)
+  if (row === undefined) throw new NotFound('group', id)
+  if (!await groups.isMember(id, address)) throw new Forbidden(`group ${id} is visible to its members only`)
+  return row
+}
+
+async function ownedGroup (groups: GroupsRepository, id: string, address: string): Promise<GroupRow> {
+  const row = await memberGroup(groups, id, address, 'update')
+  if (row.owner !== address) throw new Forbidden(`only the owner of group ${id} may change it`)
+  return row
+}
+
+/** Every address must be a user: 404 naming the first that is not. */
+async function requireUsers (db: Db, addresses: string[]): Promise<string[]> {
+  const users = createUsersRepository(db)
+  const unique = [...new Set(addresses.map((a) => a.toLowerCase()))]
+  for (const address of unique) {
+    if (await users.find(address) === undefined) throw new NotFound('user', address)
+  }
+  return unique
+}
+
+async function tell (db: Db, addresses: string[], type: EventType, data: unknown): Promise<void> {
+  await createEventsRepository(db).append(addresses.map((address) => ({ address, type, data })))
+}
+
+/**
+ * Group changes: each in one transaction with the events it causes, sent to every member
+ * (removed members included). A change locks the group row, so it never interleaves with a
+ * group send (which holds the row FOR SHARE).
+ */
+export function createGroupsService (db: Db) {
+  return {
+    async create (owner: string, name: string, members: string[]): Promise<Group> {
+      return db.transaction(async (tx) => {
+        const group = await createGroupsRepository(tx).create(name, owner, await requireUsers(tx, members))
+        await tell(tx, group.members, 'group.created', { group })
+        return group
+      })
+    },
+
+    async read (id: string, address: string): Promise<Group> {
+      const groups = createGroupsRepository(db)
+      return groups.view(await memberGroup(groups, id, address))
+    },
+
+    async rename (id: string, address: string, name: string): Promise<Group> {
+      return db.transaction(async (tx) => {
+        const groups = createGroupsRepository(tx)
+        await ownedGroup(groups, id, address)
+        const group = await groups.view(await groups.rename(id, name))
+        await tell(tx, group.members, 'group.updated', { group })
+        return group
+      })
+    },
+
+    async remove (id: string, address: string): Promise<void> {
+      await db.transaction(async (tx) => {
+        const groups = createGroupsRepository(tx)
+        await ownedGroup(groups, id, address)
+        const members = await groups.members(id)
+        await groups.remove(id)
+        await tell(tx, members, 'group.deleted', { group: id })
+      })
+    },
+
+    async addMembers (id: string, address: string, addresses: string[]): Promise<Group> {
+      return db.transaction(async (tx) => {
+        const groups = createGroupsRepository(tx)
+        await ownedGroup(groups, id, address)
+        const added = await groups.addMembers(id, await requireUsers(tx, addresses))
+        const group = await groups.view((await groups.find(id))!)
+        if (added.length > 0) await tell(tx, group.members, 'group.members_added', { group: id, members: added })
+        return group
+      })
+    },
+
+    /** The owner removes anyone but itself; a member removes only itself (leaving). */
+    async removeMembers (id: string, address: string, addresses: string[]): Promise<Group> {
+      return db.transaction(async (tx) => {
+        const groups = createGroupsRepository(tx)
+        const row = await memberGroup(groups, id, address, 'update')
+        const leaving = [...new Set(addresses.map((a) => a.toLowerCase()))]
+        if (row.owner === address && leaving.includes(address)) {
+          throw new ValidationFailed(`members: the owner cannot leave group ${id}; delete the group instead`)
+        }
+        if (row.owner !== address && leaving.some((a) => a !== address)) {
+          throw new Forbidden(`only the owner of group ${id} may remove other members`)
+        }
+        const before = await groups.members(id)
+        const absent = leaving.find((a) => !before.includes(a))
+        if (absent !== undefined) throw new NotFound('member', `${absent} of group ${id}`)
+        await groups.removeMembers(id, leaving)
+        await tell(tx, before, 'group.members_removed', { group: id, members: leaving.sort() })
+        return groups.view((await groups.find(id))!)
+      })
+    }
+  }
+}
