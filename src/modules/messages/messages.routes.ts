@@ -10,8 +10,12 @@ import { contentDisposition } from './content-disposition.js'
 import { deleteMessage } from './delete-message.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
-import { AttachmentParams, MessageParams, MessageSchema, SendMessageHeaders, sendMessageBody } from './messages.schemas.js'
+import {
+  AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, sendMessageBody, TypingBody, TypingParams
+} from './messages.schemas.js'
+import { messageStatus, reportStatus } from './receipts.js'
 import { sendMessage } from './send-message.js'
+import { startTyping, stopTyping } from './typing.js'
 
 export interface MessagesRoutesOptions {
   db: Db
@@ -49,6 +53,56 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     reply.headers(quotaHeaders(result.quota))
     if (result.replayed) reply.header('idempotent-replayed', 'true')
     return result.message
+  })
+
+  app.get('/message/:message/status', {
+    schema: {
+      tags: ['messages'],
+      summary: 'Delivery status of a message',
+      description: 'The sender sees every recipient; a recipient sees only its own row.',
+      params: MessageParams,
+      response: { 200: MessageStatusSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req) => messageStatus(db, req.params.message, principalOf(req).address))
+
+  app.post('/message/status', {
+    schema: {
+      tags: ['messages'],
+      summary: 'Report delivered or read',
+      description: 'Recipients only. Status only moves forward; a report that is not ahead is a no-op (still 204). ' +
+        'A change sends message.status to the sender.',
+      body: ReportStatusBody,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req, reply) => {
+    await reportStatus(db, req.body.message, principalOf(req).address, req.body.status)
+    return reply.code(204).send()
+  })
+
+  app.post('/message/typing', {
+    schema: {
+      tags: ['messages'],
+      summary: 'Say you are typing',
+      description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group.',
+      body: TypingBody,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req, reply) => {
+    await startTyping(db, principalOf(req).address, req.body.recipient)
+    return reply.code(204).send()
+  })
+
+  app.delete('/message/typing/:recipient', {
+    schema: {
+      tags: ['messages'],
+      summary: 'Say you stopped typing',
+      description: 'Sends typing.stopped { from, to }.',
+      params: TypingParams,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req, reply) => {
+    await stopTyping(db, principalOf(req).address, req.params.recipient)
+    return reply.code(204).send()
   })
 
   app.get('/message/:message', {

@@ -51,3 +51,23 @@ export const SendMessageHeaders = Type.Object({
     description: 'Makes retries safe: a repeat within 24 h answers the original message'
   }))
 })
+
+export const MessageStatusSchema = Type.Object({
+  message: Type.String(),
+  recipients: Type.Array(Type.Object({
+    address: Type.String(),
+    status: Type.Union([Type.Literal('sent'), Type.Literal('delivered'), Type.Literal('read')]),
+    updatedAt: Timestamp
+  }))
+}, { title: 'MessageStatus' })
+
+export const ReportStatusBody = Type.Object({
+  message: Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message id (msg_…)' }),
+  status: Type.Union([Type.Literal('delivered'), Type.Literal('read')], { description: 'delivered or read; read implies delivered' })
+})
+
+const Recipient = Type.String({ minLength: 1, maxLength: 100, description: 'A user address or a group id (grp_…)' })
+
+export const TypingBody = Type.Object({ recipient: Recipient })
+
+export const TypingParams = Type.Object({ recipient: Recipient })

@@ -1,0 +1,40 @@
+import type { Db } from '../../db/client.js'
+import { Forbidden } from '../../errors.js'
+import { createEventsRepository } from '../events/events.repository.js'
+import { readableMessage } from './message-access.js'
+import { createMessagesRepository } from './messages.repository.js'
+import type { DeliveryStatus } from './messages.table.js'
+
+export interface MessageStatus {
+  message: string
+  recipients: { address: string, status: DeliveryStatus, updatedAt: string }[]
+}
+
+/** The sender sees every recipient's status; a recipient sees only its own. */
+export async function messageStatus (db: Db, id: string, address: string): Promise<MessageStatus> {
+  const messages = createMessagesRepository(db)
+  const { role } = await readableMessage(messages, id, address)
+  const rows = role === 'sender' ? await messages.deliveries(id) : [(await messages.delivery(id, address))!]
+  return {
+    message: id,
+    recipients: rows.map((r) => ({ address: r.recipient, status: r.status, updatedAt: r.updatedAt.toISOString() }))
+  }
+}
+
+/**
+ * A recipient reports delivered or read. Status only moves forward; a change tells the sender
+ * (message.status) in the same transaction, a report that is not ahead changes nothing.
+ */
+export async function reportStatus (db: Db, id: string, address: string, status: 'delivered' | 'read'): Promise<void> {
+  const { row, role } = await readableMessage(createMessagesRepository(db), id, address)
+  if (role === 'sender' && await createMessagesRepository(db).delivery(id, address) === undefined) {
+    throw new Forbidden(`only a recipient of message ${id} may report its status`)
+  }
+  await db.transaction(async (tx) => {
+    if (await createMessagesRepository(tx).advance(id, address, status)) {
+      await createEventsRepository(tx).append([{
+        address: row.sender, type: 'message.status', data: { message: id, recipient: address, status }, messageId: id
+      }])
+    }
+  })
+}
