@@ -14,6 +14,8 @@ import { startRetention } from './modules/events/retention.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
+import { metadataRoutes } from './modules/metadata/metadata.routes.js'
+import { rosterRoutes } from './modules/roster/roster.routes.js'
 import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
 import { usersRoutes } from './modules/users/users.routes.js'
 import { authPlugin } from './plugins/auth.js'
@@ -148,6 +150,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars })
     await v2.register(eventsRoutes, { db: database.db, bus })
     await v2.register(groupsRoutes, { db: database.db })
+    await v2.register(rosterRoutes, { db: database.db })
+    await v2.register(metadataRoutes, { db: database.db })
   }, { prefix: '/v2' })
 
   return app

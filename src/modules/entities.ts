@@ -1,0 +1,49 @@
+import type { Db } from '../db/client.js'
+import { Forbidden, NotFound, ValidationFailed } from '../errors.js'
+import { createGroupsRepository } from './groups/groups.repository.js'
+import { readableMessage } from './messages/message-access.js'
+import { createMessagesRepository } from './messages/messages.repository.js'
+import { createUsersRepository } from './users/users.repository.js'
+
+const ADDRESS = /^[a-z0-9][a-z0-9.@+-]{0,63}$/
+const GROUP_ID = /^grp_[0-9a-z]{26}$/
+const MESSAGE_ID = /^msg_[0-9a-z]{26}$/
+
+export type EntityKind = 'user' | 'group' | 'message'
+
+/** What an `entity` path or field names (API.md §1), with who may see it and who owns it. */
+export interface Entity {
+  kind: EntityKind
+  id: string
+  /** The user (itself), the group's owner, or the message's sender. */
+  owner: string
+}
+
+export function entityKind (entity: string): EntityKind {
+  if (GROUP_ID.test(entity)) return 'group'
+  if (MESSAGE_ID.test(entity)) return 'message'
+  if (ADDRESS.test(entity.toLowerCase())) return 'user'
+  throw new ValidationFailed('entity: must be a user address, a group id (grp_…) or a message id (msg_…)')
+}
+
+/**
+ * The entity as `viewer` may see it: users by everyone, groups by their members, messages by
+ * their sender and recipients. Unknown 404; not visible 403.
+ */
+export async function visibleEntity (db: Db, entity: string, viewer: string): Promise<Entity> {
+  const kind = entityKind(entity)
+  if (kind === 'user') {
+    const user = await createUsersRepository(db).find(entity)
+    if (user === undefined) throw new NotFound('user', entity.toLowerCase())
+    return { kind, id: user.address, owner: user.address }
+  }
+  if (kind === 'group') {
+    const groups = createGroupsRepository(db)
+    const group = await groups.find(entity)
+    if (group === undefined) throw new NotFound('group', entity)
+    if (!await groups.isMember(entity, viewer)) throw new Forbidden(`group ${entity} is visible to its members only`)
+    return { kind, id: group.id, owner: group.owner }
+  }
+  const { row } = await readableMessage(createMessagesRepository(db), entity, viewer)
+  return { kind, id: row.id, owner: row.sender }
+}

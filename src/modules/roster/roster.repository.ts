@@ -1,0 +1,40 @@
+import { and, asc, eq, sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { rosterEntries, type RosterRow } from './roster.table.js'
+
+export interface RosterEntry {
+  entity: string
+  type: 'user' | 'group'
+  name: string | null
+  addedAt: string
+}
+
+export function toRosterEntry (row: RosterRow): RosterEntry {
+  return { entity: row.entity, type: row.type, name: row.name, addedAt: row.addedAt.toISOString() }
+}
+
+export function createRosterRepository (db: Db) {
+  return {
+    async list (owner: string): Promise<RosterRow[]> {
+      return db.select().from(rosterEntries).where(eq(rosterEntries.owner, owner)).orderBy(asc(rosterEntries.addedAt), asc(rosterEntries.entity))
+    },
+
+    /** Adds an entry, or renames one already there (a missing name keeps the old one). */
+    async upsert (owner: string, entity: string, type: 'user' | 'group', name: string | undefined): Promise<RosterRow> {
+      const [row] = await db.insert(rosterEntries).values({ owner, entity, type, name: name ?? null })
+        .onConflictDoUpdate({
+          target: [rosterEntries.owner, rosterEntries.entity],
+          set: { name: name === undefined ? sql`${rosterEntries.name}` : name }
+        })
+        .returning()
+      return row!
+    },
+
+    /** Removes an entry; false when it was not there. */
+    async remove (owner: string, entity: string): Promise<boolean> {
+      const gone = await db.delete(rosterEntries).where(and(eq(rosterEntries.owner, owner), eq(rosterEntries.entity, entity)))
+        .returning({ entity: rosterEntries.entity })
+      return gone.length > 0
+    }
+  }
+}

@@ -1,0 +1,52 @@
+import t from 'tap'
+import { build } from '../../helper.js'
+
+t.test('metadata: merge with null deleting a key; the owner writes, anyone who sees the entity reads', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  t.same((await alice.get('/v2/metadata/alice')).json(), { entity: 'alice', metadata: {}, updatedAt: null })
+  const first = await alice.post('/v2/metadata/alice', { theme: 'dark', lang: 'en', prefs: { compact: true }, n: 3 })
+  t.equal(first.statusCode, 200)
+  t.match(first.json(), { entity: 'alice', metadata: { theme: 'dark', lang: 'en', prefs: { compact: true }, n: 3 }, updatedAt: /Z$/ })
+  const merged = await alice.post('/v2/metadata/alice', { lang: null })
+  t.same(merged.json().metadata, { theme: 'dark', prefs: { compact: true }, n: 3 })
+  const form = await alice.post('/v2/metadata/alice', { tz: 'UTC', n: '4' }, { format: 'form' })
+  t.same(form.json().metadata, { theme: 'dark', prefs: { compact: true }, n: '4', tz: 'UTC' }, 'form fields give strings')
+  t.same((await bob.get('/v2/metadata/Alice')).json().metadata, form.json().metadata, 'users are readable by everyone')
+  t.match((await bob.post('/v2/metadata/alice', { theme: 'light' })).json(), { statusCode: 403, code: 'FORBIDDEN', message: /user alice/ })
+  t.equal((await bob.get('/v2/metadata/nobody')).statusCode, 404)
+})
+
+t.test('metadata of groups and messages follows their visibility and ownership', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const group = (await alice.post('/v2/group', { name: 'g', members: ['bob'] })).json()
+  t.equal((await alice.post(`/v2/metadata/${group.id}`, { topic: 'ops' })).statusCode, 200)
+  t.same((await bob.get(`/v2/metadata/${group.id}`)).json().metadata, { topic: 'ops' })
+  t.equal((await bob.post(`/v2/metadata/${group.id}`, { topic: 'mine' })).statusCode, 403, 'members read, the owner writes')
+  t.equal((await carol.get(`/v2/metadata/${group.id}`)).statusCode, 403)
+
+  const message = (await alice.post('/v2/message', { recipient: 'bob', body: 'x' })).json()
+  t.equal((await alice.post(`/v2/metadata/${message.id}`, { label: 'important' })).statusCode, 200)
+  t.same((await bob.get(`/v2/metadata/${message.id}`)).json().metadata, { label: 'important' })
+  t.equal((await bob.post(`/v2/metadata/${message.id}`, { label: 'meh' })).statusCode, 403)
+  t.equal((await carol.get(`/v2/metadata/${message.id}`)).statusCode, 403)
+  t.equal((await carol.get('/v2/metadata/msg_00000000000000000000000000')).statusCode, 404)
+  t.equal((await carol.get('/v2/metadata/not*an*entity')).statusCode, 400)
+})
+
+t.test('metadata limits: key names, 64 keys, 16 KiB', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  t.match((await alice.post('/v2/metadata/alice', { 'bad key': 1 })).json(), { statusCode: 400, message: /metadata key "bad key"/ })
+  t.match((await alice.post('/v2/metadata/alice', { ['k'.repeat(65)]: 1 })).json(), { statusCode: 400 })
+  const many = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, i]))
+  t.equal((await alice.post('/v2/metadata/alice', many)).statusCode, 200)
+  t.match((await alice.post('/v2/metadata/alice', { one: 'more' })).json(), { statusCode: 400, message: /at most 64 keys/ })
+  t.equal((await alice.post('/v2/metadata/alice', { k0: null, one: 'more' })).statusCode, 200, 'a delete makes room in the same patch')
+  t.match((await alice.post('/v2/metadata/alice', { k1: 'x'.repeat(16 * 1024) })).json(), { statusCode: 400, message: /16384 bytes/ })
+  t.equal(Object.keys((await alice.get('/v2/metadata/alice')).json().metadata).length, 64, 'a refused patch changes nothing')
+})
