@@ -16,6 +16,7 @@ import { healthRoutes } from './modules/health/health.routes.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
 import { rosterRoutes } from './modules/roster/roster.routes.js'
+import { searchRoutes } from './modules/search/search.routes.js'
 import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
 import { usersRoutes } from './modules/users/users.routes.js'
 import { authPlugin } from './plugins/auth.js'
@@ -152,6 +153,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(groupsRoutes, { db: database.db })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
+    await v2.register(searchRoutes, { db: database.db })
   }, { prefix: '/v2' })
 
   return app

@@ -3,7 +3,7 @@ import { ADDRESS_PATTERN, loadConfig, type Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
-import { toUser } from './modules/users/users.routes.js'
+import { toUser } from './modules/users/users.schemas.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
 
 const USAGE = `Usage: parley <command> [options]

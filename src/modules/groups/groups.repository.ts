@@ -1,5 +1,6 @@
 import { and, asc, eq, ilike, inArray, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { likePattern } from '../../db/like.js'
 import { newId } from '../../ids.js'
 import { groupMembers, groups, type GroupRow } from './groups.table.js'
 
@@ -21,11 +22,6 @@ export function toGroup (row: GroupRow, members: string[]): Group {
     createdAt: row.createdAt.toISOString(),
     updatedAt: row.updatedAt.toISOString()
   }
-}
-
-/** Escapes LIKE's wildcards so user text matches itself. */
-export function likePattern (text: string): string {
-  return `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
 }
 
 export function createGroupsRepository (db: Db) {

@@ -56,6 +56,14 @@ export function createMessagesRepository (db: Db) {
       return toMessage(row, files)
     },
 
+    /** Wire forms of many stored messages, their attachments read in one query. */
+    async viewMany (rows: MessageRow[]): Promise<Message[]> {
+      if (rows.length === 0) return []
+      const files = await db.select({ messageId: attachments.messageId, index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
+        .from(attachments).where(inArray(attachments.messageId, rows.map((r) => r.id))).orderBy(asc(attachments.messageId), asc(attachments.n))
+      return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(({ messageId: _, ...meta }) => meta)))
+    },
+
     async attachment (messageId: string, n: number) {
       const [row] = await db.select().from(attachments).where(and(eq(attachments.messageId, messageId), eq(attachments.n, n)))
       return row

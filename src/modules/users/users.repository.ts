@@ -1,7 +1,8 @@
-import { asc, eq, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, ilike, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
 import { Conflict } from '../../errors.js'
+import { likePattern } from '../../db/like.js'
 import { users, type UserRow } from './users.table.js'
 
 export interface NewUser {
@@ -34,6 +35,18 @@ export function createUsersRepository (db: Db) {
 
     async list (): Promise<UserRow[]> {
       return db.select().from(users).orderBy(asc(users.address))
+    },
+
+    /** Users whose address or display name contains `text`, by address, after `after`. */
+    async search (text: string, after: string | undefined, limit: number): Promise<UserRow[]> {
+      const pattern = likePattern(text)
+      return db.select().from(users)
+        .where(and(
+          or(ilike(users.address, pattern), ilike(users.displayName, pattern)),
+          after === undefined ? undefined : gt(users.address, after)
+        ))
+        .orderBy(asc(users.address))
+        .limit(limit)
     },
 
     /** Makes sure the bot user exists and is marked as a bot (TEST_BOT_ADDRESS may differ from the seed). */

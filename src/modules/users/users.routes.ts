@@ -3,12 +3,7 @@ import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createUsersRepository } from './users.repository.js'
-import { UserParams, UserSchema } from './users.schemas.js'
-import type { UserRow } from './users.table.js'
-
-export function toUser (row: UserRow) {
-  return { address: row.address, displayName: row.displayName, bot: row.bot, createdAt: row.createdAt.toISOString() }
-}
+import { toUser, UserParams, UserSchema } from './users.schemas.js'
 
 export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   const users = createUsersRepository(db)

@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { AddressParam, Timestamp } from '../../schemas.js'
+import type { UserRow } from './users.table.js'
 
 export const UserSchema = Type.Object({
   address: Type.String({ description: 'The user address, lower-case' }),
@@ -11,3 +12,7 @@ export const UserSchema = Type.Object({
 export type User = Static<typeof UserSchema>
 
 export const UserParams = Type.Object({ user: AddressParam })
+
+export function toUser (row: UserRow): User {
+  return { address: row.address, displayName: row.displayName, bot: row.bot, createdAt: row.createdAt.toISOString() }
+}

@@ -1,0 +1,27 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { Db } from '../../db/client.js'
+import { principalOf } from '../../plugins/auth.js'
+import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
+import { SearchBody, SearchResults } from './search.schemas.js'
+import { search } from './search.service.js'
+
+export const searchRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
+  app.post('/search', {
+    schema: {
+      tags: ['search'],
+      summary: 'Search messages, users and groups',
+      description: 'Messages the caller may read whose body has every word of the query as a word prefix (PostgreSQL full-text ' +
+        'search), newest first; users whose address or display name contains the query; the caller\'s groups whose name contains ' +
+        'it. `with` restricts messages to one conversation, and without a query lists it.',
+      body: SearchBody,
+      response: { 200: SearchResults, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req) => search(db, {
+    viewer: principalOf(req).address,
+    query: req.body.query,
+    types: req.body.types,
+    with: req.body.with,
+    limit: req.body.limit ?? 50,
+    cursor: req.body.cursor
+  }))
+}

@@ -1,0 +1,109 @@
+import type { Db } from '../../db/client.js'
+import { ValidationFailed } from '../../errors.js'
+import { entityKind, visibleEntity } from '../entities.js'
+import { createGroupsRepository, toGroup, type Group } from '../groups/groups.repository.js'
+import { createMessagesRepository } from '../messages/messages.repository.js'
+import type { Message } from '../messages/messages.schemas.js'
+import { createUsersRepository } from '../users/users.repository.js'
+import { toUser, type User } from '../users/users.schemas.js'
+import { prefixQuery, searchMessages, type Conversation } from './message-search.js'
+import { SEARCH_TYPES, type SearchType } from './search.schemas.js'
+
+export type SearchResult =
+  | { type: 'message', message: Message }
+  | { type: 'user', user: User }
+  | { type: 'group', group: Group }
+
+export interface SearchInput {
+  viewer: string
+  query?: string | undefined
+  types?: SearchType[] | undefined
+  with?: string | undefined
+  limit: number
+  cursor?: string | undefined
+}
+
+/** Where a page ends: the result type it stopped in, and the last key it returned there. */
+interface Cursor { t: SearchType, k?: string[] }
+
+function encodeCursor (cursor: Cursor): string {
+  return Buffer.from(JSON.stringify(cursor)).toString('base64url')
+}
+
+function decodeCursor (text: string): Cursor {
+  try {
+    const value = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as Cursor
+    if (SEARCH_TYPES.includes(value.t) && (value.k === undefined || (Array.isArray(value.k) && value.k.every((k) => typeof k === 'string')))) return value
+  } catch { /* answered below */ }
+  throw new ValidationFailed('cursor: not a cursor this service returned; pass nextCursor unchanged')
+}
+
+/**
+ * POST /search. Results come in a fixed order, messages (newest first), then users (by
+ * address), then groups (by name), and a cursor records where a page stopped, so pages
+ * neither overlap nor leave a gap.
+ */
+export async function search (db: Db, input: SearchInput): Promise<{ results: SearchResult[], nextCursor: string | null }> {
+  if (input.query === undefined && input.with === undefined) {
+    throw new ValidationFailed('query: required unless with is given')
+  }
+  let conversation: Conversation | undefined
+  if (input.with !== undefined) {
+    const entity = await visibleEntity(db, input.with, input.viewer)
+    if (entity.kind === 'message' || entityKind(input.with) === 'message') throw new ValidationFailed('with: must be a user address or a group id')
+    conversation = entity.kind === 'group' ? { kind: 'group', id: entity.id } : { kind: 'user', address: entity.id }
+  }
+  // Listing a conversation (no query) means messages only.
+  const wanted = input.query === undefined ? ['messages'] as SearchType[] : (input.types ?? [...SEARCH_TYPES])
+  const order = SEARCH_TYPES.filter((t) => wanted.includes(t))
+  const cursor = input.cursor === undefined ? undefined : decodeCursor(input.cursor)
+  const start = cursor === undefined ? 0 : order.indexOf(cursor.t)
+  if (start < 0) throw new ValidationFailed('cursor: belongs to a search of other types')
+
+  const results: SearchResult[] = []
+  for (let i = start; i < order.length; i++) {
+    const type = order[i]!
+    const after = i === start ? cursor?.k : undefined
+    const room = input.limit - results.length
+    const page = await fetchType(db, type, input, conversation, after, room + 1)
+    results.push(...page.results.slice(0, room))
+    if (page.results.length > room) {
+      return { results, nextCursor: encodeCursor({ t: type, k: page.keys[room - 1] }) }
+    }
+    if (results.length === input.limit) {
+      const next = order[i + 1]
+      return { results, nextCursor: next === undefined ? null : encodeCursor({ t: next }) }
+    }
+  }
+  return { results, nextCursor: null }
+}
+
+async function fetchType (
+  db: Db, type: SearchType, input: SearchInput, conversation: Conversation | undefined, after: string[] | undefined, limit: number
+): Promise<{ results: SearchResult[], keys: string[][] }> {
+  if (type === 'messages') {
+    const tsquery = input.query === undefined ? undefined : prefixQuery(input.query)
+    if (input.query !== undefined && tsquery === undefined) return { results: [], keys: [] }
+    const rows = await searchMessages(db, {
+      viewer: input.viewer,
+      tsquery,
+      with: conversation,
+      before: after === undefined ? undefined : { createdAt: after[0]!, id: after[1]! },
+      limit
+    })
+    const views = await createMessagesRepository(db).viewMany(rows)
+    return {
+      results: views.map((message) => ({ type: 'message', message })),
+      keys: rows.map((r) => [r.createdAt.toISOString(), r.id])
+    }
+  }
+  if (type === 'users') {
+    const rows = await createUsersRepository(db).search(input.query!, after?.[0], limit)
+    return { results: rows.map((r) => ({ type: 'user', user: toUser(r) })), keys: rows.map((r) => [r.address]) }
+  }
+  const groups = createGroupsRepository(db)
+  const rows = await groups.searchMine(input.viewer, input.query!, after === undefined ? undefined : { name: after[0]!, id: after[1]! }, limit)
+  const results: SearchResult[] = []
+  for (const row of rows) results.push({ type: 'group', group: toGroup(row, await groups.members(row.id)) })
+  return { results, keys: rows.map((r) => [r.name, r.id]) }
+}

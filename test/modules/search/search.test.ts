@@ -1,0 +1,143 @@
+import t from 'tap'
+import { sql } from 'drizzle-orm'
+import { queryRows } from '../../../src/db/rows.js'
+import { messageSearchQuery, prefixQuery } from '../../../src/modules/search/message-search.js'
+import { build, type Caller } from '../../helper.js'
+
+type Result = { type: string, message?: { body: string, id: string }, user?: { address: string }, group?: { name: string } }
+
+async function find (caller: Caller, body: Record<string, unknown>, format: 'json' | 'form' = 'json') {
+  const res = await caller.post('/v2/search', body, { format })
+  if (res.statusCode !== 200) throw new Error(res.body)
+  return res.json() as { results: Result[], nextCursor: string | null }
+}
+
+const bodies = (results: Result[]) => results.filter((r) => r.type === 'message').map((r) => r.message!.body)
+
+t.test('message search: every word as a prefix, case-insensitive, newest first, only what the caller may read', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  await alice.post('/v2/message', { recipient: 'bob', body: 'Hello world' })
+  await bob.post('/v2/message', { recipient: 'alice', body: 'hello there, helpful friend' })
+  await alice.post('/v2/message', { recipient: 'bob', body: 'goodbye world' })
+  await carol.post('/v2/message', { recipient: 'bob', body: 'hello from carol' })
+
+  t.same(bodies((await find(alice, { query: 'hel', types: ['messages'] })).results), ['hello there, helpful friend', 'Hello world'])
+  t.same(bodies((await find(alice, { query: 'WORLD hel', types: 'messages' }, 'form')).results), ['Hello world'], 'every word required')
+  t.same(bodies((await find(bob, { query: 'hello', types: ['messages'] })).results), ['hello from carol', 'hello there, helpful friend', 'Hello world'])
+  t.same(bodies((await find(carol, { query: 'world', types: ['messages'] })).results), [], 'nothing carol cannot read')
+
+  const hidden = (await find(bob, { query: 'goodbye', types: ['messages'] })).results[0]!.message!
+  await bob.delete(`/v2/message/${hidden.id}`)
+  t.same(bodies((await find(bob, { query: 'goodbye', types: ['messages'] })).results), [], 'hidden for bob, gone from his search')
+  t.same(bodies((await find(alice, { query: 'goodbye', types: ['messages'] })).results), ['goodbye world'])
+})
+
+t.test('tsquery and LIKE syntax in a query is only text', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  await alice.post('/v2/message', { recipient: 'bob', body: 'cats & dogs: 100% (really) fine' })
+  for (const query of ['cats & dogs', "it's", '!!!', '|', 'a:* | b', '(', "'", '\\', '%', '_', 'dogs:*', '<->', '&&&', '100%']) {
+    const res = await alice.post('/v2/search', { query })
+    t.equal(res.statusCode, 200, JSON.stringify(query))
+  }
+  t.same(bodies((await find(alice, { query: '(cats) | !dogs' })).results), ['cats & dogs: 100% (really) fine'])
+  t.same((await find(alice, { query: '%', types: ['users'] })).results, [], 'LIKE wildcards match only themselves')
+  t.same(prefixQuery("it's a:* | b"), "'it':* & 's':* & 'a':* & 'b':*")
+  t.equal(prefixQuery('!!! ...'), undefined)
+})
+
+t.test('users and the caller\'s groups match by substring; types choose what is searched', async (t) => {
+  const { as, createUser } = await build(t)
+  await createUser('ann.smith', 'Ann Smith')
+  await createUser('bo', 'Robert Smithson')
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await alice.post('/v2/group', { name: 'Smiths united', members: ['bob'] })
+  await bob.post('/v2/group', { name: 'Secret smiths' })
+  await alice.post('/v2/message', { recipient: 'bob', body: 'smithing lessons' })
+
+  const all = await find(alice, { query: 'smith' })
+  t.same(all.results.map((r) => r.type), ['message', 'user', 'user', 'group'])
+  t.same(all.results.filter((r) => r.type === 'user').map((r) => r.user!.address), ['ann.smith', 'bo'])
+  t.same(all.results.filter((r) => r.type === 'group').map((r) => r.group!.name), ['Smiths united'], 'only the caller\'s groups')
+  t.same((await find(alice, { query: 'smith', types: ['groups'] })).results.map((r) => r.type), ['group'])
+  t.match((await alice.post('/v2/search', { query: 'x', types: ['planets'] })).json(), { statusCode: 400, message: /types/ })
+})
+
+t.test('with: one conversation, with or without a query; access rules apply', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  await alice.post('/v2/message', { recipient: 'bob', body: 'one' })
+  await bob.post('/v2/message', { recipient: 'alice', body: 'two' })
+  await alice.post('/v2/message', { recipient: 'carol', body: 'three' })
+  const group = (await alice.post('/v2/group', { name: 'g', members: ['bob'] })).json()
+  await bob.post('/v2/message', { recipient: group.id, body: 'group one' })
+
+  t.same(bodies((await find(alice, { with: 'bob' })).results), ['two', 'one'], 'the conversation, newest first')
+  t.same(bodies((await find(alice, { with: 'bob', query: 'tw' })).results), ['two'])
+  t.same(bodies((await find(alice, { with: group.id })).results), ['group one'])
+  t.same((await find(alice, { with: 'bob' })).results.map((r) => r.type), ['message', 'message'], 'listing means messages only')
+  t.match((await carol.post('/v2/search', { with: group.id })).json(), { statusCode: 403 })
+  t.match((await alice.post('/v2/search', { with: 'nobody' })).json(), { statusCode: 404 })
+  t.match((await alice.post('/v2/search', {})).json(), { statusCode: 400, message: 'query: required unless with is given' })
+  t.match((await alice.post('/v2/search', { query: '' })).json(), { statusCode: 400, message: /query/ })
+  t.match((await alice.post('/v2/search', { query: 'x'.repeat(201) })).json(), { statusCode: 400, message: /query/ })
+})
+
+t.test('pages follow nextCursor with no overlap and no gap, across result types', async (t) => {
+  const { as, createUser } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1000' } })
+  const alice = await as('alice')
+  await as('bob')
+  for (let i = 0; i < 7; i++) await alice.post('/v2/message', { recipient: 'bob', body: `needle ${i}` })
+  for (const name of ['needle-a', 'needle-b', 'needle-c']) await createUser(name)
+  await alice.post('/v2/group', { name: 'needle group' })
+
+  const seen: string[] = []
+  let cursor: string | null | undefined
+  let pages = 0
+  do {
+    const page = await find(alice, { query: 'needle', limit: 3, ...(cursor ? { cursor } : {}) })
+    seen.push(...page.results.map((r) => r.message?.body ?? r.user?.address ?? r.group!.name))
+    cursor = page.nextCursor
+    pages++
+  } while (cursor !== null && pages < 10)
+  t.same(seen, [
+    'needle 6', 'needle 5', 'needle 4', 'needle 3', 'needle 2', 'needle 1', 'needle 0',
+    'needle-a', 'needle-b', 'needle-c', 'needle group'
+  ])
+  t.match((await alice.post('/v2/search', { query: 'needle', cursor: 'garbage' })).json(), { statusCode: 400, message: /cursor/ })
+})
+
+t.test('the message search uses the GIN index on a table of 100,000 messages', async (t) => {
+  const { as, db } = await build(t)
+  await as('alice')
+  await as('bob')
+  await db.execute(sql`
+    INSERT INTO messages (id, sender, recipient, body, created_at)
+    SELECT 'msg_' || lpad(g::text, 26, '0'), CASE WHEN g % 2 = 0 THEN 'alice' ELSE 'bob' END,
+           CASE WHEN g % 2 = 0 THEN 'bob' ELSE 'alice' END,
+           'filler text number ' || g || CASE WHEN g % 5000 = 0 THEN ' zebra' ELSE '' END,
+           now() - (g || ' seconds')::interval
+    FROM generate_series(1, 100000) AS g`)
+  await db.execute(sql`ANALYZE messages`)
+  const query = messageSearchQuery(db, { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 }).toSQL()
+  const plan = await queryRows<{ 'QUERY PLAN': string }>(db, sql.raw(`EXPLAIN ${inline(query.sql, query.params)}`))
+  const text = plan.map((row) => row['QUERY PLAN']).join('\n')
+  t.match(text, /messages_search_idx/, `the plan reads the GIN index:\n${text}`)
+  const rows = await messageSearchQuery(db, { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 })
+  t.equal(rows.length, 20, 'the 20 zebra messages, all sent by alice')
+})
+
+/** The query with its parameters written in, for EXPLAIN (the values are the test's own). */
+function inline (text: string, params: unknown[]): string {
+  return text.replace(/\$(\d+)/g, (_, n: string) => {
+    const value = params[Number(n) - 1]
+    return typeof value === 'number' ? String(value) : `'${String(value).replace(/'/g, "''")}'`
+  })
+}
