@@ -7,6 +7,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { Redis } from 'ioredis'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
+import { createMetrics, type Metrics } from './metrics.js'
 import { createTestBot } from './modules/bot/test-bot.js'
 import { createEventBus } from './modules/events/event-bus.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
@@ -36,6 +37,7 @@ export interface AppOptions {
 declare module 'fastify' {
   interface FastifyInstance {
     authenticator: Authenticator
+    metrics: Metrics
   }
 }
 
@@ -85,6 +87,21 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     reply.header('x-request-id', req.id)
   })
 
+  const metrics = createMetrics()
+  app.decorate('metrics', metrics)
+  // Unmatched paths share one label, so scanners cannot blow up the series count.
+  app.addHook('onResponse', async (req, reply) => {
+    metrics.observeRequest(req.method, req.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000)
+  })
+  metrics.gauge('parley_db_connections', 'Database connections by state (PGlite: one)', () => {
+    const stats = database.stats()
+    return [
+      { labels: { state: 'total' }, value: stats.total },
+      { labels: { state: 'idle' }, value: stats.idle },
+      { labels: { state: 'waiting' }, value: stats.waiting }
+    ]
+  })
+
   const authenticator = createAuthenticator(database.db, config.dailyMessageQuota)
   app.decorate('authenticator', authenticator)
 
@@ -132,13 +149,17 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => typeof json.$id === 'string' ? json.$id : `def-${i}` }
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
-  await app.register(errorsPlugin, { maxAttachments: config.maxAttachments, maxAttachmentBytes: config.maxAttachmentBytes })
+  await app.register(errorsPlugin, {
+    maxAttachments: config.maxAttachments,
+    maxAttachmentBytes: config.maxAttachmentBytes,
+    onError: (code) => metrics.error(code)
+  })
   await app.register(bodyParsersPlugin, {
     maxAttachments: config.maxAttachments,
     maxAttachmentBytes: config.maxAttachmentBytes,
     maxBodyChars: config.maxBodyChars
   })
-  await app.register(healthRoutes, { database })
+  await app.register(healthRoutes, { database, metrics })
 
   await app.register(async (v2) => {
     await v2.register(authPlugin, { authenticator })
@@ -148,8 +169,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
       schema: { hide: true }
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
-    await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars })
-    await v2.register(eventsRoutes, { db: database.db, bus })
+    await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars, metrics })
+    await v2.register(eventsRoutes, { db: database.db, bus, metrics })
     await v2.register(groupsRoutes, { db: database.db })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })

@@ -32,6 +32,8 @@ export interface Database {
    * notifications sent meanwhile are gone. Resolves with a function that stops listening.
    */
   listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<() => Promise<void>>
+  /** Connections: open, idle, and requests waiting for one (pg's pool; PGlite is one connection). */
+  stats(): { total: number, idle: number, waiting: number }
   /** Resolves when the database answers a trivial query. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -122,6 +124,7 @@ export async function connectPostgres (url: string, poolSize = 10): Promise<Data
       listeners.add(stop)
       return stop
     },
+    stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     async ping () {
       await pool.query('SELECT 1')
     },
@@ -148,6 +151,7 @@ export function wrapPglite (client: PGlite, options: { created?: boolean, onClos
       // Unlistening on a closed PGlite never settles; there is nothing left to stop then.
       return async () => { if (!client.closed) await unlisten() }
     },
+    stats: () => ({ total: client.closed ? 0 : 1, idle: 0, waiting: 0 }),
     async ping () {
       await db.execute(sql`SELECT 1`)
     },

@@ -60,9 +60,17 @@ export function sendError (reply: FastifyReply, error: AppError): FastifyReply {
  * with its cause and answered with a generic message, since database errors carry SQL and
  * parameters.
  */
-export const errorsPlugin = fp(async (app: FastifyInstance, limits: { maxAttachments: number, maxAttachmentBytes: number }) => {
+export interface ErrorsOptions {
+  maxAttachments: number
+  maxAttachmentBytes: number
+  /** Told the code of every error answered (metrics). */
+  onError?: (code: string) => void
+}
+
+export const errorsPlugin = fp(async (app: FastifyInstance, opts: ErrorsOptions) => {
   app.setErrorHandler((err: FastifyError, req, reply) => {
-    const error = toAppError(err, req, limits)
+    const error = toAppError(err, req, opts)
+    opts.onError?.(error.code)
     if (error.statusCode >= 500) {
       req.log.error({ err: error.cause ?? err, code: error.code }, 'request failed')
     }

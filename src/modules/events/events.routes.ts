@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
+import type { Metrics } from '../../metrics.js'
 import { ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
@@ -7,8 +8,10 @@ import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus }> = async (app, { db, bus }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus, metrics: Metrics }> = async (app, { db, bus, metrics }) => {
   const events = createEventsRepository(db)
+  let waiting = 0
+  metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
 
   app.get('/events', {
     schema: {
@@ -34,7 +37,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus }> 
         break
       }
       const gone = new Promise<boolean>((resolve) => req.raw.once('close', () => resolve(false)))
-      const woken = await Promise.race([subscription.wait(deadline - Date.now()), gone])
+      waiting++
+      const woken = await Promise.race([subscription.wait(deadline - Date.now()), gone]).finally(() => { waiting-- })
       subscription.cancel()
       if (!woken || req.raw.destroyed) break
       rows = await events.list(me, after, limit)

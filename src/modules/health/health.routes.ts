@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import type { Database } from '../../db/client.js'
+import type { Metrics } from '../../metrics.js'
 import { Unavailable } from '../../errors.js'
 import { errorResponses } from '../../schemas.js'
 
@@ -8,8 +9,8 @@ const READY_TIMEOUT_MS = 2_000
 
 const Status = Type.Object({ status: Type.String() })
 
-/** Probes for orchestrators: liveness of the process, readiness of the database. No auth. */
-export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database }> = async (app, { database }) => {
+/** For operators and orchestrators: liveness, readiness of the database, metrics. No auth. */
+export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metrics: Metrics }> = async (app, { database, metrics }) => {
   app.get('/healthz', {
     schema: { tags: ['operations'], summary: 'The process is running', response: { 200: Status } }
   }, async () => ({ status: 'ok' }))
@@ -30,4 +31,8 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database }> = a
     }
     return { status: 'ready' }
   })
+
+  app.get('/metrics', {
+    schema: { tags: ['operations'], summary: 'Prometheus metrics (text exposition format)', hide: true }
+  }, async (_req, reply) => reply.type('text/plain; version=0.0.4; charset=utf-8').send(metrics.render()))
 }

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
+import type { Metrics } from '../../metrics.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { UploadedFile } from '../../plugins/uploads.js'
@@ -20,9 +21,10 @@ import { startTyping, stopTyping } from './typing.js'
 export interface MessagesRoutesOptions {
   db: Db
   maxBodyChars: number
+  metrics: Metrics
 }
 
-export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars }) => {
+export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics }) => {
   const messages = createMessagesRepository(db)
 
   app.post('/message', {
@@ -52,6 +54,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     })
     reply.headers(quotaHeaders(result.quota))
     if (result.replayed) reply.header('idempotent-replayed', 'true')
+    else metrics.messageSent()
     return result.message
   })
 

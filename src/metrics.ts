@@ -1,0 +1,97 @@
+/**
+ * The service's Prometheus metrics, kept in memory and written in the text exposition format
+ * (version 0.0.4). Small on purpose: counters, gauges read at scrape time, and one histogram.
+ */
+
+type Labels = Record<string, string>
+
+const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+function labelText (labels: Labels): string {
+  const pairs = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`)
+  return pairs.length === 0 ? '' : `{${pairs.join(',')}}`
+}
+
+class Counter {
+  private readonly values = new Map<string, { labels: Labels, value: number }>()
+  constructor (readonly name: string, readonly help: string) {}
+
+  inc (labels: Labels = {}, by = 1): void {
+    const key = labelText(labels)
+    const entry = this.values.get(key)
+    if (entry === undefined) this.values.set(key, { labels, value: by })
+    else entry.value += by
+  }
+
+  render (): string[] {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`]
+    if (this.values.size === 0) lines.push(`${this.name} 0`)
+    for (const { labels, value } of this.values.values()) lines.push(`${this.name}${labelText(labels)} ${value}`)
+    return lines
+  }
+}
+
+class Histogram {
+  private readonly series = new Map<string, { labels: Labels, counts: number[], sum: number, count: number }>()
+  constructor (readonly name: string, readonly help: string) {}
+
+  observe (labels: Labels, seconds: number): void {
+    const key = labelText(labels)
+    let s = this.series.get(key)
+    if (s === undefined) this.series.set(key, s = { labels, counts: BUCKETS.map(() => 0), sum: 0, count: 0 })
+    for (let i = 0; i < BUCKETS.length; i++) if (seconds <= BUCKETS[i]!) s.counts[i]! += 1
+    s.sum += seconds
+    s.count += 1
+  }
+
+  render (): string[] {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`]
+    for (const s of this.series.values()) {
+      BUCKETS.forEach((le, i) => lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.counts[i]}`))
+      lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: '+Inf' })} ${s.count}`)
+      lines.push(`${this.name}_sum${labelText(s.labels)} ${s.sum}`)
+      lines.push(`${this.name}_count${labelText(s.labels)} ${s.count}`)
+    }
+    return lines
+  }
+}
+
+type GaugeRead = () => { labels?: Labels, value: number }[]
+
+export function createMetrics () {
+  const requests = new Counter('parley_http_requests_total', 'HTTP requests answered, by method, route and status')
+  const duration = new Histogram('parley_http_request_duration_seconds', 'Time to answer, by method and route')
+  const messagesSent = new Counter('parley_messages_sent_total', 'Messages committed by POST /v2/message (not replays)')
+  const refusals = new Counter('parley_refusals_total', 'Requests refused, by reason (quota, rate_limit)')
+  const errors = new Counter('parley_errors_total', 'Error answers, by code')
+  const gauges: { name: string, help: string, read: GaugeRead }[] = []
+
+  return {
+    observeRequest (method: string, route: string, status: number, seconds: number): void {
+      requests.inc({ method, route, status: String(status) })
+      duration.observe({ method, route }, seconds)
+    },
+    messageSent (): void {
+      messagesSent.inc()
+    },
+    error (code: string): void {
+      errors.inc({ code })
+      if (code === 'QUOTA_EXCEEDED') refusals.inc({ reason: 'quota' })
+      if (code === 'RATE_LIMITED') refusals.inc({ reason: 'rate_limit' })
+    },
+    /** A value read at each scrape (open long-polls, pool connections). */
+    gauge (name: string, help: string, read: GaugeRead): void {
+      gauges.push({ name, help, read })
+    },
+    render (): string {
+      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...refusals.render(), ...errors.render()]
+      for (const g of gauges) {
+        lines.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`)
+        for (const { labels, value } of g.read()) lines.push(`${g.name}${labelText(labels ?? {})} ${value}`)
+      }
+      return `${lines.join('\n')}\n`
+    }
+  }
+}
+
+export type Metrics = ReturnType<typeof createMetrics>
