@@ -1,27 +1,14 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { emptyPostgresDatabase, freshDatabase, freshDataDir, usingPostgres } from './support/databases.js'
-import { runCli, runCliInProcess, startServer, tempDir } from './support/processes.js'
+import { emptyPostgresDatabase, usingPostgres } from './support/databases.js'
+import { childDatabaseEnv, runCli, runCliInProcess, startServer, tempDir } from './support/processes.js'
 import type { TestContext } from './helper.js'
 
 const ALL_MIGRATIONS = (JSON.parse(readFileSync('migrations/meta/_journal.json', 'utf8')) as { entries: { tag: string }[] })
   .entries.map((e) => e.tag)
 
 const backend = usingPostgres() ? 'PostgreSQL' : 'embedded PGlite'
-
-/** Environment for a `parley` child on a migrated database of its own. */
-async function migratedEnv (t: TestContext): Promise<Record<string, string>> {
-  if (usingPostgres()) {
-    const fresh = await freshDatabase()
-    await fresh.database.close()
-    t.teardown(() => fresh.drop())
-    return { DATABASE_URL: fresh.url! }
-  }
-  const dir = join(tempDir(t), 'data')
-  await freshDataDir(dir)
-  return { DATA_DIR: dir }
-}
 
 /** Environment for a `parley` child on an empty database. */
 async function emptyEnv (t: TestContext): Promise<Record<string, string>> {
@@ -66,7 +53,7 @@ t.test('other commands refuse an unmigrated PostgreSQL with a clear line', {
 })
 
 t.test(`parley user and key commands (${backend})`, async (t) => {
-  const env = await migratedEnv(t)
+  const env = await childDatabaseEnv(t)
   const created = await runCliInProcess(['user', 'create', 'Alice', '--name', 'Alice Liddell', '--json'], env)
   t.equal(created.code, 0, created.stderr)
   t.match(JSON.parse(created.stdout), { address: 'alice', displayName: 'Alice Liddell', bot: false })

@@ -99,3 +99,21 @@ export async function runCliInProcess (args: string[], env: Record<string, strin
   })
   return { code, stdout, stderr }
 }
+
+/**
+ * Settings for a child `parley` on a migrated database of its own, on the suite's backend:
+ * a fresh PostgreSQL database (dropped at teardown), or an embedded data directory unpacked
+ * from the snapshot.
+ */
+export async function childDatabaseEnv (t: TestContext): Promise<Record<string, string>> {
+  const { freshDatabase, freshDataDir, usingPostgres } = await import('./databases.js')
+  if (usingPostgres()) {
+    const fresh = await freshDatabase()
+    await fresh.database.close()
+    t.teardown(() => fresh.drop())
+    return { DATABASE_URL: fresh.url! }
+  }
+  const dir = join(tempDir(t), 'data')
+  await freshDataDir(dir)
+  return { DATA_DIR: dir }
+}

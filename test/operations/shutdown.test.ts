@@ -1,0 +1,28 @@
+import t from 'tap'
+import { runCliInProcess, childDatabaseEnv, startServer } from '../support/processes.js'
+
+t.test('SIGTERM: open long-polls answer empty at once, new connections are refused, exit 0 within 10 s', async (t) => {
+  const env = await childDatabaseEnv(t)
+  t.equal((await runCliInProcess(['user', 'create', 'alice'], env)).code, 0)
+  const key = JSON.parse((await runCliInProcess(['key', 'create', 'alice', '--json'], env)).stdout) as { keyId: string, secret: string }
+  const server = await startServer(t, env)
+  const authorization = `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
+
+  const polls = Array.from({ length: 3 }, () => fetch(`${server.url}/v2/events?wait=25`, { headers: { authorization } }))
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  const started = Date.now()
+  const exited = server.stop()
+  const answers = await Promise.all(polls)
+  const answeredIn = Date.now() - started
+  for (const answer of answers) {
+    t.equal(answer.status, 200)
+    t.same(await answer.json(), { events: [], last: '0' })
+  }
+  t.ok(answeredIn < 3_000, `long-polls answered ${answeredIn} ms after SIGTERM`)
+  const code = await exited
+  const total = Date.now() - started
+  t.equal(code, 0, 'exit status 0')
+  t.ok(total < 10_000, `exited ${total} ms after SIGTERM`)
+  t.match(server.output(), /shutting down/)
+  await t.rejects(fetch(`${server.url}/healthz`), 'no longer accepting connections')
+})
