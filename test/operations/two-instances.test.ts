@@ -1,0 +1,68 @@
+import { connect } from 'node:net'
+import t from 'tap'
+import { usingPostgres } from '../support/databases.js'
+import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
+
+async function redisReachable (): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(6379, '127.0.0.1')
+    socket.once('connect', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => resolve(false))
+  })
+}
+
+const skip = !usingPostgres()
+  ? 'two processes need PostgreSQL: the embedded database belongs to one process'
+  : await redisReachable() ? false : 'no Redis on 127.0.0.1:6379 for the shared rate limit'
+
+t.test('two server processes on one PostgreSQL and one Redis behave as one service', { skip }, async (t) => {
+  const env = { ...await childDatabaseEnv(t), REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_PER_SECOND: '25' }
+  const keys: Record<string, string> = {}
+  for (const [address, quota] of [['alice', '10'], ['bob', undefined], ['carol', undefined]] as const) {
+    t.equal((await runCliInProcess(['user', 'create', address], env)).code, 0)
+    const args = ['key', 'create', address, '--json', ...(quota === undefined ? [] : ['--daily-quota', quota])]
+    const key = JSON.parse((await runCliInProcess(args, env)).stdout) as { keyId: string, secret: string }
+    keys[address] = `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
+  }
+  const [a, b] = await Promise.all([startServer(t, env), startServer(t, env)])
+  const servers = [a!.url, b!.url]
+  const call = (i: number, path: string, as: string, body?: unknown) => fetch(`${servers[i % 2]}${path}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: { authorization: keys[as]!, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
+  })
+
+  await t.test('the rate limit is shared', async (t) => {
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => call(i, '/v2/user/carol', 'carol')))
+    t.equal(answers.filter((r) => r.status === 200).length, 25)
+    t.equal(answers.filter((r) => r.status === 429).length, 15)
+  })
+
+  await t.test('a long-poll on one instance wakes on a send through the other', async (t) => {
+    await new Promise((resolve) => setTimeout(resolve, 1_100)) // carol's rate-limit window from above
+    const poll = call(0, '/v2/events?wait=10', 'bob')
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    const sentAt = Date.now()
+    t.equal((await call(1, '/v2/message', 'carol', { recipient: 'bob', body: 'across processes' })).status, 200)
+    const page = await (await poll).json() as { events: { data: { message: { body: string } } }[] }
+    t.equal(page.events[0]?.data.message.body, 'across processes')
+    t.ok(Date.now() - sentAt < 1_000, `woken in ${Date.now() - sentAt} ms`)
+  })
+
+  await t.test('the test bot answers once', async (t) => {
+    t.equal((await call(0, '/v2/message', 'bob', { recipient: 'testbot', body: 'ping' })).status, 200)
+    await new Promise((resolve) => setTimeout(resolve, 2_500))
+    const page = await (await call(1, '/v2/events?limit=100', 'bob')).json() as { events: { type: string, data: { message?: { body: string } } }[] }
+    const echoes = page.events.filter((e) => e.type === 'message.received' && e.data.message?.body === 'echo: ping')
+    t.equal(echoes.length, 1)
+  })
+
+  await t.test('the daily quota is exact', async (t) => {
+    await new Promise((resolve) => setTimeout(resolve, 1_100))
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => call(i, '/v2/message', 'alice', { recipient: 'bob', body: `q${i}` })))
+    t.equal(answers.filter((r) => r.status === 200).length, 10)
+    const refused = answers.filter((r) => r.status === 429)
+    t.equal(refused.length, 10)
+    t.match(await refused[0]!.json(), { code: 'QUOTA_EXCEEDED' })
+  })
+})
