@@ -50,6 +50,26 @@ function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttach
   return new Internal(err)
 }
 
+/**
+ * What of a failure goes into the log. Drizzle's query errors carry the query's parameters
+ * (message bodies, addresses) in their message: keep the SQL text and the driver's own error,
+ * never the parameters.
+ */
+export function loggableError (err: unknown): unknown {
+  if (!(err instanceof Error)) return err
+  if (typeof (err as { query?: unknown }).query === 'string' && Array.isArray((err as { params?: unknown }).params)) {
+    const cause = err.cause as { message?: string, code?: string } | undefined
+    return {
+      type: 'DrizzleQueryError',
+      query: (err as Error & { query?: string }).query,
+      cause: { message: cause?.message, code: cause?.code },
+      // Only the frames: the first lines repeat the message, parameters included.
+      stack: err.stack?.split('\n').filter((line) => /^\s+at /.test(line)).join('\n')
+    }
+  }
+  return err
+}
+
 export function sendError (reply: FastifyReply, error: AppError): FastifyReply {
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value)
   return reply.code(error.statusCode).type('application/json; charset=utf-8').send(error.toJSON())
@@ -72,7 +92,7 @@ export const errorsPlugin = fp(async (app: FastifyInstance, opts: ErrorsOptions)
     const error = toAppError(err, req, opts)
     opts.onError?.(error.code)
     if (error.statusCode >= 500) {
-      req.log.error({ err: error.cause ?? err, code: error.code }, 'request failed')
+      req.log.error({ err: loggableError(error.cause ?? err), code: error.code }, 'request failed')
     }
     return sendError(reply, error)
   })

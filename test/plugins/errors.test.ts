@@ -61,6 +61,7 @@ t.test('a database error answers 500 INTERNAL without SQL, parameters or stack',
     t.notMatch(res.body, /no_such_table|hunter2|SELECT|\/srv\/app\.ts|at /)
   }
   t.match(logs(), /no_such_table/, 'the cause is logged for operators')
+  t.notMatch(logs(), /hunter2/, 'but not the query\'s parameters')
 })
 
 t.test('validation errors answer 400 VALIDATION_FAILED naming the field', async (t) => {
