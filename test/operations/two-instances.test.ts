@@ -57,6 +57,15 @@ t.test('two server processes on one PostgreSQL and one Redis behave as one servi
     t.equal(echoes.length, 1)
   })
 
+  await t.test('the periodic retention sweep runs on one instance only', async (t) => {
+    // Each process tries 5 s after start, then every 10 minutes.
+    const deadline = Date.now() + 15_000
+    const sweeps = () => [a!, b!].filter((server) => server.output().includes('"msg":"retention sweep"')).length
+    while (sweeps() === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 250))
+    await new Promise((resolve) => setTimeout(resolve, 1_000))
+    t.equal(sweeps(), 1)
+  })
+
   await t.test('the daily quota is exact', async (t) => {
     await new Promise((resolve) => setTimeout(resolve, 1_100))
     const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => call(i, '/v2/message', 'alice', { recipient: 'bob', body: `q${i}` })))

@@ -12,14 +12,20 @@ const RETENTION_LOCK_KEY = 0x70726574
 
 /**
  * Purges what the contract says is kept only for a while: acknowledged events after 7 days,
- * any event after 30, Idempotency-Keys after 24 h, quota counts of past days. Each instance
- * runs it periodically; a transaction-scoped advisory lock lets one sweep run at a time, and
- * each sweep is idempotent, so several instances need no coordination beyond that.
+ * any event after 30, Idempotency-Keys after 24 h, quota counts of past days. Every instance
+ * tries on a timer; a transaction-scoped advisory lock keeps sweeps from overlapping, and a
+ * row recording the last sweep lets only the first instance of each period do the work.
  */
-export async function purgeExpired (db: Db): Promise<{ ran: boolean, events: number }> {
+export async function purgeExpired (db: Db, minIntervalMs = 0): Promise<{ ran: boolean, events: number }> {
   return db.transaction(async (tx) => {
     const [lock] = await queryRows<{ locked: boolean }>(tx, sql`SELECT pg_try_advisory_xact_lock(${RETENTION_LOCK_KEY}) AS locked`)
     if (lock?.locked !== true) return { ran: false, events: 0 }
+    const claimed = await queryRows<{ key: string }>(tx, sql`
+      INSERT INTO instance_settings (key, value, updated_at) VALUES ('retention_swept', 'true'::jsonb, now())
+      ON CONFLICT (key) DO UPDATE SET updated_at = now()
+      WHERE instance_settings.updated_at <= now() - make_interval(secs => ${minIntervalMs / 1000})
+      RETURNING key`)
+    if (claimed.length === 0) return { ran: false, events: 0 }
     const purged = await createEventsRepository(tx).purge()
     await tx.delete(idempotencyKeys).where(lte(idempotencyKeys.createdAt, sql`now() - interval '24 hours'`))
     await createQuotaRepository(tx).purge()
@@ -29,8 +35,9 @@ export async function purgeExpired (db: Db): Promise<{ ran: boolean, events: num
 
 export function startRetention (db: Db, log: FastifyBaseLogger, everyMs = EVERY_MS): () => void {
   const sweep = () => {
-    purgeExpired(db).then(
-      (result) => { if (result.events > 0) log.info({ purgedEvents: result.events }, 'retention sweep') },
+    // Slightly under the period, so timer drift never makes every instance skip one.
+    purgeExpired(db, everyMs * 0.9).then(
+      (result) => { if (result.ran) log.info({ purgedEvents: result.events }, 'retention sweep') },
       (err: unknown) => log.warn({ err }, 'retention sweep failed; will retry')
     )
   }
