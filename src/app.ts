@@ -127,8 +127,15 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     bot.start()
     stopRetention = startRetention(database.db, app.log)
   })
-  // Before connections drain: waiting long-polls answer (empty) now instead of holding shutdown.
+  // Before connections drain: waiting long-polls answer (empty) now instead of holding shutdown,
+  // and every answer from here on closes its connection, so no kept-alive socket holds the
+  // server open once its request is done.
+  let closing = false
+  app.addHook('onSend', async (_req, reply) => {
+    if (closing) reply.header('connection', 'close')
+  })
   app.addHook('preClose', async () => {
+    closing = true
     stopRetention?.()
     await bus.stop()
     await bot.stop()

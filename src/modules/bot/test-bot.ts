@@ -54,7 +54,8 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
   }
 
   async function run (): Promise<void> {
-    while (running) {
+    // Stops with the bus too: once it is closing, a wait returns at once and would only spin.
+    while (running && !bus.closing) {
       const subscription = bus.subscribe(address)
       current = subscription
       try {

@@ -58,14 +58,14 @@ export function createEventBus (database: Database) {
     },
 
     subscribe (address: string): Subscription {
-      let resolveWait: ((woken: boolean) => void) | undefined
+      let settle: ((woken: boolean) => void) | undefined
       let woken = closing
       let timer: NodeJS.Timeout | undefined
       const notify = () => {
         woken = true
-        resolveWait?.(true)
+        settle?.(true)
       }
-      const cancel = () => {
+      const detach = () => {
         clearTimeout(timer)
         const set = waiting.get(address)
         set?.delete(notify)
@@ -77,15 +77,23 @@ export function createEventBus (database: Database) {
         set.add(notify)
       }
       return {
-        cancel,
+        // A wait in progress ends (not woken) rather than hanging forever.
+        cancel: () => {
+          detach()
+          settle?.(false)
+        },
         wait: (ms) => new Promise<boolean>((resolve) => {
           if (woken || ms <= 0) {
-            cancel()
+            detach()
             resolve(woken)
             return
           }
-          resolveWait = (value) => { cancel(); resolve(value) }
-          timer = setTimeout(() => { cancel(); resolve(false) }, ms)
+          settle = (value) => {
+            settle = undefined
+            detach()
+            resolve(value)
+          }
+          timer = setTimeout(() => settle?.(false), ms)
         })
       }
     }
