@@ -1,7 +1,8 @@
 import { parseArgs } from 'node:util'
-import { ADDRESS_PATTERN, loadConfig, type Config } from './config.js'
+import { loadConfig, type Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
+import { isAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
 import { toUser } from './modules/users/users.schemas.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
@@ -61,7 +62,7 @@ function parseCount (value: string, what: string): number {
 function parseAddress (value: string | undefined): string {
   if (value === undefined) throw new UsageError('an address is required')
   const address = value.toLowerCase()
-  if (!new RegExp(ADDRESS_PATTERN).test(address)) {
+  if (!isAddress(address)) {
     throw new UsageError(`address ${JSON.stringify(value)} must be 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit`)
   }
   return address

@@ -1,8 +1,6 @@
 import { Type, type Static, type TSchema } from 'typebox'
 import { Value } from 'typebox/value'
-
-/** A user's address: 1–64 of [a-z0-9.@+-], starting with a letter or digit (API.md §1). */
-export const ADDRESS_PATTERN = '^[a-z0-9][a-z0-9.@+-]{0,63}$'
+import { ADDRESS_PATTERN } from './ids.js'
 
 const Int = (minimum: number, maximum: number, fallback: number, description: string) =>
   Type.Integer({ minimum, maximum, default: fallback, description })

@@ -29,3 +29,17 @@ export function newId (prefix: string, now = Date.now()): string {
   randomBytes(10).copy(bytes, 6)
   return `${prefix}_${base32(bytes)}`
 }
+
+/** A user's address: 1–64 of [a-z0-9.@+-], starting with a letter or digit (API.md §1). */
+export const ADDRESS_PATTERN = '^[a-z0-9][a-z0-9.@+-]{0,63}$'
+export const GROUP_ID_PATTERN = '^grp_[0-9a-z]{26}$'
+export const MESSAGE_ID_PATTERN = '^msg_[0-9a-z]{26}$'
+
+const ADDRESS = new RegExp(ADDRESS_PATTERN)
+const GROUP_ID = new RegExp(GROUP_ID_PATTERN)
+const MESSAGE_ID = new RegExp(MESSAGE_ID_PATTERN)
+
+/** Addresses compare case-insensitively: pass the lower-cased form. */
+export const isAddress = (text: string): boolean => ADDRESS.test(text)
+export const isGroupId = (text: string): boolean => GROUP_ID.test(text)
+export const isMessageId = (text: string): boolean => MESSAGE_ID.test(text)

@@ -1,13 +1,11 @@
 import type { Db } from '../db/client.js'
 import { Forbidden, NotFound, ValidationFailed } from '../errors.js'
+import { isAddress, isGroupId, isMessageId } from '../ids.js'
 import { createGroupsRepository } from './groups/groups.repository.js'
 import { readableMessage } from './messages/message-access.js'
 import { createMessagesRepository } from './messages/messages.repository.js'
 import { createUsersRepository } from './users/users.repository.js'
 
-const ADDRESS = /^[a-z0-9][a-z0-9.@+-]{0,63}$/
-const GROUP_ID = /^grp_[0-9a-z]{26}$/
-const MESSAGE_ID = /^msg_[0-9a-z]{26}$/
 
 export type EntityKind = 'user' | 'group' | 'message'
 
@@ -20,9 +18,9 @@ export interface Entity {
 }
 
 export function entityKind (entity: string): EntityKind {
-  if (GROUP_ID.test(entity)) return 'group'
-  if (MESSAGE_ID.test(entity)) return 'message'
-  if (ADDRESS.test(entity.toLowerCase())) return 'user'
+  if (isGroupId(entity)) return 'group'
+  if (isMessageId(entity)) return 'message'
+  if (isAddress(entity.toLowerCase())) return 'user'
   throw new ValidationFailed('entity: must be a user address, a group id (grp_…) or a message id (msg_…)')
 }
 

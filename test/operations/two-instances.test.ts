@@ -1,15 +1,7 @@
-import { connect } from 'node:net'
 import t from 'tap'
+import { redisReachable } from '../support/redis.js'
 import { usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
-
-async function redisReachable (): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(6379, '127.0.0.1')
-    socket.once('connect', () => { socket.destroy(); resolve(true) })
-    socket.once('error', () => resolve(false))
-  })
-}
 
 const skip = !usingPostgres()
   ? 'two processes need PostgreSQL: the embedded database belongs to one process'

@@ -1,5 +1,5 @@
-import { connect } from 'node:net'
 import t from 'tap'
+import { redisReachable } from '../support/redis.js'
 import { buildApp } from '../../src/app.js'
 import { RATE_LIMIT_MESSAGE } from '../../src/errors.js'
 import { basic, build, testConfig } from '../helper.js'
@@ -49,14 +49,6 @@ t.test('routes outside /v2 are not rate limited', async (t) => {
   t.same(res.map((r) => r.statusCode), [200, 200, 200])
   t.equal(res[0]!.headers['x-ratelimit-limit'], undefined)
 })
-
-async function redisReachable (): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(6379, '127.0.0.1')
-    socket.once('connect', () => { socket.destroy(); resolve(true) })
-    socket.once('error', () => resolve(false))
-  })
-}
 
 const redisUp = await redisReachable()
 

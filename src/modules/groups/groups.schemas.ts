@@ -1,7 +1,7 @@
 import { Type } from 'typebox'
+import { GROUP_ID_PATTERN } from '../../ids.js'
 import { AddressParam, Timestamp } from '../../schemas.js'
 
-export const GROUP_ID_PATTERN = '^grp_[0-9a-z]{26}$'
 
 export const GroupSchema = Type.Object({
   id: Type.String({ description: 'grp_…' }),

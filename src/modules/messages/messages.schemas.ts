@@ -1,8 +1,8 @@
 import { Type, type Static } from 'typebox'
+import { MESSAGE_ID_PATTERN } from '../../ids.js'
 import { Timestamp } from '../../schemas.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 
-export const MESSAGE_ID_PATTERN = '^msg_[0-9a-z]{26}$'
 
 export const AttachmentSchema = Type.Object({
   index: Type.Integer({ minimum: 1, description: 'Position from 1: GET /v2/message/{id}/attachment/{index}' }),

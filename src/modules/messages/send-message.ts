@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto'
 import { and, eq, gt, lte } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
-import { newId } from '../../ids.js'
+import { isAddress, isGroupId, newId } from '../../ids.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
@@ -14,8 +14,6 @@ import { idempotencyKeys } from './idempotency.table.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
 
-const ADDRESS = /^[a-z0-9][a-z0-9.@+-]{0,63}$/
-const GROUP_ID = /^grp_[0-9a-z]{26}$/
 const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
 
 export class IdempotencyMismatch extends AppError {
@@ -30,13 +28,13 @@ export class IdempotencyMismatch extends AppError {
  * membership change cannot interleave and a message never reaches a non-member.
  */
 export async function resolveRecipients (db: Db, sender: string, recipient: string): Promise<{ recipient: string, addresses: string[] }> {
-  if (GROUP_ID.test(recipient)) {
+  if (isGroupId(recipient)) {
     const groups = createGroupsRepository(db)
     await memberGroup(groups, recipient, sender, 'share')
     return { recipient, addresses: (await groups.members(recipient)).filter((a) => a !== sender) }
   }
   const address = recipient.toLowerCase()
-  if (!ADDRESS.test(address)) {
+  if (!isAddress(address)) {
     throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
   }
   const user = await createUsersRepository(db).find(address)
