@@ -177,7 +177,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars, metrics })
-    await v2.register(eventsRoutes, { db: database.db, bus, metrics })
+    await v2.register(eventsRoutes, { db: database.db, bus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey })
     await v2.register(groupsRoutes, { db: database.db })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })

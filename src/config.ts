@@ -32,6 +32,7 @@ export const ConfigSchema = Type.Object({
   MAX_BODY_CHARS: Int(1, 1_000_000, 10_000, 'an integer from 1 to 1000000'),
   MAX_ATTACHMENTS: Int(0, 100, 10, 'an integer from 0 to 100'),
   MAX_ATTACHMENT_BYTES: Int(1, 1024 * 1024 * 1024, 25 * 1024 * 1024, 'an integer number of bytes from 1 to 1073741824'),
+  MAX_LONG_POLLS_PER_KEY: Int(1, 10_000, 10, 'an integer from 1 to 10000'),
   TEST_BOT_ADDRESS: Type.String({
     pattern: ADDRESS_PATTERN,
     default: 'testbot',
@@ -59,6 +60,7 @@ export interface Config {
   maxBodyChars: number
   maxAttachments: number
   maxAttachmentBytes: number
+  maxLongPollsPerKey: number
   testBotAddress: string
 }
 
@@ -110,6 +112,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
     maxBodyChars: e.MAX_BODY_CHARS,
     maxAttachments: e.MAX_ATTACHMENTS,
     maxAttachmentBytes: e.MAX_ATTACHMENT_BYTES,
+    maxLongPollsPerKey: e.MAX_LONG_POLLS_PER_KEY,
     testBotAddress: e.TEST_BOT_ADDRESS
   }
 }

@@ -74,7 +74,7 @@ export class Unavailable extends AppError {
 export const RATE_LIMIT_MESSAGE = 'Too many requests/second, please try again later'
 
 export class RateLimited extends AppError {
-  constructor () { super(429, 'RATE_LIMITED', RATE_LIMIT_MESSAGE) }
+  constructor (message = RATE_LIMIT_MESSAGE) { super(429, 'RATE_LIMITED', message, { 'retry-after': '1' }) }
 }
 
 /** An unexpected failure; the cause is logged, never answered. */

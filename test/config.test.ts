@@ -15,6 +15,7 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     maxBodyChars: 10_000,
     maxAttachments: 10,
     maxAttachmentBytes: 25 * 1024 * 1024,
+    maxLongPollsPerKey: 10,
     testBotAddress: 'testbot'
   })
 })

@@ -1,16 +1,25 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import type { Metrics } from '../../metrics.js'
-import { ValidationFailed } from '../../errors.js'
+import { RateLimited, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus, metrics: Metrics }> = async (app, { db, bus, metrics }) => {
+export interface EventsRoutesOptions {
+  db: Db
+  bus: EventBus
+  metrics: Metrics
+  /** Long-polls one API key may hold waiting at once in this process. */
+  maxWaitingPerKey: number
+}
+
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, metrics, maxWaitingPerKey }) => {
   const events = createEventsRepository(db)
   let waiting = 0
+  const waitingByKey = new Map<string, number>()
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
 
   app.get('/events', {
@@ -23,7 +32,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus, me
       response: { 200: EventList, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
   }, async (req) => {
-    const me = principalOf(req).address
+    const { address: me, keyId } = principalOf(req)
     const after = Number(req.query.after ?? '0')
     const limit = req.query.limit ?? 100
     const deadline = Date.now() + (req.query.wait ?? 0) * 1000
@@ -36,9 +45,21 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<{ db: Db, bus: EventBus, me
         subscription.cancel()
         break
       }
+      // Each waiting poll holds a socket and a timer: cap them per key, so one key cannot hoard the process.
+      const held = waitingByKey.get(keyId) ?? 0
+      if (held >= maxWaitingPerKey) {
+        subscription.cancel()
+        throw new RateLimited(`At most ${maxWaitingPerKey} long-polls may wait at once per API key; retry without wait or after one returns`)
+      }
       const gone = new Promise<boolean>((resolve) => req.raw.once('close', () => resolve(false)))
       waiting++
-      const woken = await Promise.race([subscription.wait(deadline - Date.now()), gone]).finally(() => { waiting-- })
+      waitingByKey.set(keyId, held + 1)
+      const woken = await Promise.race([subscription.wait(deadline - Date.now()), gone]).finally(() => {
+        waiting--
+        const left = (waitingByKey.get(keyId) ?? 1) - 1
+        if (left === 0) waitingByKey.delete(keyId)
+        else waitingByKey.set(keyId, left)
+      })
       subscription.cancel()
       if (!woken || req.raw.destroyed) break
       rows = await events.list(me, after, limit)

@@ -115,3 +115,21 @@ t.test('events past expiresAt are not returned; retention purges acknowledged an
   const left = await queryRows<{ label: string }>(db, sql`SELECT coalesce(data->>'message', data->>'from') AS label FROM events ORDER BY seq`)
   t.same(left.map((r) => r.label), ['carol', 'recent-acked', 'fresh'])
 })
+
+t.test('long-polls waiting at once are capped per API key (429), without touching other keys', async (t) => {
+  const { as } = await build(t, { env: { MAX_LONG_POLLS_PER_KEY: '2' } })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const first = [bob.get('/v2/events?wait=3'), bob.get('/v2/events?wait=3')]
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const third = await bob.get('/v2/events?wait=3')
+  t.equal(third.statusCode, 429)
+  t.match(third.json(), { code: 'RATE_LIMITED', message: /At most 2 long-polls/ })
+  t.equal((await bob.get('/v2/events')).statusCode, 200, 'a poll that does not wait is not capped')
+  const others = alice.get('/v2/events?wait=1')
+  await alice.post('/v2/message', { recipient: 'bob', body: 'done waiting' })
+  const answered = await Promise.all(first)
+  t.same(answered.map((r) => r.statusCode), [200, 200])
+  t.equal((await others).statusCode, 200, 'another key polls freely')
+  t.equal((await bob.get('/v2/events?after=1&wait=1')).statusCode, 200, 'the cap frees as polls return')
+})
