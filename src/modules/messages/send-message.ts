@@ -152,6 +152,8 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
     if (err instanceof DuplicateCommitted) {
       const original = await replay()
       if (original !== undefined) return original
+      // The racing send's message is already gone again: nothing to answer with.
+      throw new AppError(409, 'IDEMPOTENCY_IN_PROGRESS', `Idempotency-Key ${JSON.stringify(input.idempotencyKey)} is in use by another request; retry`)
     }
     throw err
   }
