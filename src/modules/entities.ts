@@ -1,7 +1,8 @@
 import type { Db } from '../db/client.js'
-import { Forbidden, NotFound, ValidationFailed } from '../errors.js'
+import { NotFound, ValidationFailed } from '../errors.js'
 import { isAddress, isGroupId, isMessageId } from '../ids.js'
 import { createGroupsRepository } from './groups/groups.repository.js'
+import { memberGroup } from './groups/groups.service.js'
 import { readableMessage } from './messages/message-access.js'
 import { createMessagesRepository } from './messages/messages.repository.js'
 import { createUsersRepository } from './users/users.repository.js'
@@ -36,10 +37,7 @@ export async function visibleEntity (db: Db, entity: string, viewer: string): Pr
     return { kind, id: user.address, owner: user.address }
   }
   if (kind === 'group') {
-    const groups = createGroupsRepository(db)
-    const group = await groups.find(entity)
-    if (group === undefined) throw new NotFound('group', entity)
-    if (!await groups.isMember(entity, viewer)) throw new Forbidden(`group ${entity} is visible to its members only`)
+    const group = await memberGroup(createGroupsRepository(db), entity, viewer)
     return { kind, id: group.id, owner: group.owner }
   }
   const { row } = await readableMessage(createMessagesRepository(db), entity, viewer)

@@ -3,9 +3,9 @@ import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { EventBus } from '../events/event-bus.js'
 import { events } from '../events/events.table.js'
-import { createEventsRepository } from '../events/events.repository.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
+import { advanceStatus } from '../messages/receipts.js'
 import { deliverMessage } from '../messages/send-message.js'
 
 const BATCH = 20
@@ -40,14 +40,7 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
         // Still there? A message deleted before the bot got to it gets no answer.
         if (await messages.find(original.id) === undefined) continue
         await deliverMessage(tx, { sender: address, recipient: original.sender, body: `echo: ${original.body}`, files: [] })
-        if (await messages.advance(original.id, address, 'read')) {
-          await createEventsRepository(tx).append([{
-            address: original.sender,
-            type: 'message.status',
-            data: { message: original.id, recipient: address, status: 'read' },
-            messageId: original.id
-          }])
-        }
+        await advanceStatus(tx, original, address, 'read')
       }
       return claimed.length
     })

@@ -30,6 +30,14 @@ export interface NewMessage {
 }
 
 export function createMessagesRepository (db: Db) {
+  /** Wire forms of many stored messages, their attachments read in one query. */
+  async function viewMany (rows: MessageRow[]): Promise<Message[]> {
+    if (rows.length === 0) return []
+    const files = await db.select({ messageId: attachments.messageId, index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
+      .from(attachments).where(inArray(attachments.messageId, rows.map((r) => r.id))).orderBy(asc(attachments.messageId), asc(attachments.n))
+    return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(({ messageId: _, ...meta }) => meta)))
+  }
+
   return {
     /** Writes the message, its files and a delivery row per recipient; returns its wire form. */
     async insert (m: NewMessage): Promise<Message> {
@@ -51,18 +59,11 @@ export function createMessagesRepository (db: Db) {
 
     /** The wire form of a stored message, attachments listed without their bytes. */
     async view (row: MessageRow): Promise<Message> {
-      const files = await db.select({ index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
-        .from(attachments).where(eq(attachments.messageId, row.id)).orderBy(asc(attachments.n))
-      return toMessage(row, files)
+      const [message] = await viewMany([row])
+      return message!
     },
 
-    /** Wire forms of many stored messages, their attachments read in one query. */
-    async viewMany (rows: MessageRow[]): Promise<Message[]> {
-      if (rows.length === 0) return []
-      const files = await db.select({ messageId: attachments.messageId, index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
-        .from(attachments).where(inArray(attachments.messageId, rows.map((r) => r.id))).orderBy(asc(attachments.messageId), asc(attachments.n))
-      return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(({ messageId: _, ...meta }) => meta)))
-    },
+    viewMany,
 
     async attachment (messageId: string, n: number) {
       const [row] = await db.select().from(attachments).where(and(eq(attachments.messageId, messageId), eq(attachments.n, n)))

@@ -22,6 +22,20 @@ export async function messageStatus (db: Db, id: string, address: string): Promi
 }
 
 /**
+ * Moves one recipient's status forward inside the caller's transaction and, when it changed,
+ * tells the sender (message.status). Returns whether it changed.
+ */
+export async function advanceStatus (tx: Db, message: { id: string, sender: string }, recipient: string, status: 'delivered' | 'read'): Promise<boolean> {
+  const changed = await createMessagesRepository(tx).advance(message.id, recipient, status)
+  if (changed) {
+    await createEventsRepository(tx).append([{
+      address: message.sender, type: 'message.status', data: { message: message.id, recipient, status }, messageId: message.id
+    }])
+  }
+  return changed
+}
+
+/**
  * A recipient reports delivered or read. Status only moves forward; a change tells the sender
  * (message.status) in the same transaction, a report that is not ahead changes nothing.
  */
@@ -30,11 +44,5 @@ export async function reportStatus (db: Db, id: string, address: string, status:
   if (role === 'sender' && await createMessagesRepository(db).delivery(id, address) === undefined) {
     throw new Forbidden(`only a recipient of message ${id} may report its status`)
   }
-  await db.transaction(async (tx) => {
-    if (await createMessagesRepository(tx).advance(id, address, status)) {
-      await createEventsRepository(tx).append([{
-        address: row.sender, type: 'message.status', data: { message: id, recipient: address, status }, messageId: id
-      }])
-    }
-  })
+  await db.transaction(async (tx) => { await advanceStatus(tx, row, address, status) })
 }
