@@ -61,8 +61,11 @@ export async function connectPostgres (url: string, poolSize = 10): Promise<Data
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000
   })
-  // An idle client losing its connection must not crash the process; the pool replaces it.
+  // A client losing its connection must not crash the process: pg emits 'error' on it, and the
+  // pool listens only while the client is idle. With a listener on every client, a connection
+  // dropped mid-transaction fails that transaction (503) and the pool replaces the client.
   pool.on('error', () => {})
+  pool.on('connect', (client) => { client.on('error', () => {}) })
   const db: Db = drizzlePg({ client: pool, schema })
   // Listening connections are checked out of the pool for good; close() must hand them back.
   const listeners = new Set<() => Promise<void>>()
