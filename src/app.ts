@@ -78,9 +78,16 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
         : new ValidationFailed(`Malformed URL: ${err.message}`)
       sendError(reply, error)
     },
-    // Long-polls hold a request for up to 30 s; anything slower than this is stuck.
-    requestTimeout: 120_000,
-    connectionTimeout: 130_000
+    // Slow clients (slow-loris): the headers must arrive within 10 s and the whole request
+    // within REQUEST_TIMEOUT_SECONDS, checked every second; these clocks stop once the request
+    // is in, so a long-poll's wait does not count. A socket idle for longer than the longest
+    // wait (30 s) plus a margin is closed.
+    http: {
+      headersTimeout: Math.min(10, config.requestTimeoutSeconds) * 1000,
+      connectionsCheckingInterval: 1000
+    },
+    requestTimeout: config.requestTimeoutSeconds * 1000,
+    connectionTimeout: 65_000
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   app.addHook('onRequest', async (req, reply) => {

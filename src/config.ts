@@ -33,6 +33,7 @@ export const ConfigSchema = Type.Object({
   MAX_ATTACHMENTS: Int(0, 100, 10, 'an integer from 0 to 100'),
   MAX_ATTACHMENT_BYTES: Int(1, 1024 * 1024 * 1024, 25 * 1024 * 1024, 'an integer number of bytes from 1 to 1073741824'),
   MAX_LONG_POLLS_PER_KEY: Int(1, 10_000, 10, 'an integer from 1 to 10000'),
+  REQUEST_TIMEOUT_SECONDS: Int(1, 3600, 60, 'an integer number of seconds from 1 to 3600'),
   TEST_BOT_ADDRESS: Type.String({
     pattern: ADDRESS_PATTERN,
     default: 'testbot',
@@ -61,6 +62,8 @@ export interface Config {
   maxAttachments: number
   maxAttachmentBytes: number
   maxLongPollsPerKey: number
+  /** Seconds a client has to send a whole request (its headers: at most 10 of them). */
+  requestTimeoutSeconds: number
   testBotAddress: string
 }
 
@@ -113,6 +116,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
     maxAttachments: e.MAX_ATTACHMENTS,
     maxAttachmentBytes: e.MAX_ATTACHMENT_BYTES,
     maxLongPollsPerKey: e.MAX_LONG_POLLS_PER_KEY,
+    requestTimeoutSeconds: e.REQUEST_TIMEOUT_SECONDS,
     testBotAddress: e.TEST_BOT_ADDRESS
   }
 }
