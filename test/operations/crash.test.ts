@@ -1,0 +1,136 @@
+import pg from 'pg'
+import t from 'tap'
+import { usingPostgres } from '../support/databases.js'
+import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
+
+const skip = usingPostgres() ? false : 'the crash test kills a server process and reopens its database: it runs on PostgreSQL'
+
+type Outcome = { status: number, id?: string } | { error: string }
+
+/**
+ * Durability under a crash: messages sent at full speed to a real server process, which is
+ * killed with SIGKILL mid-stream and started again. Every send that got a 200 is readable;
+ * every send is either wholly present (its message, attachment, delivery, feed event and quota
+ * count) or wholly absent.
+ */
+t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing half-written', { skip }, async (t) => {
+  const env = await childDatabaseEnv(t)
+  const keys: Record<string, string> = {}
+  for (const address of ['writer', 'reader']) {
+    t.equal((await runCliInProcess(['user', 'create', address], env)).code, 0)
+    const key = JSON.parse((await runCliInProcess(['key', 'create', address, '--json', '--daily-quota', '100000'], env)).stdout) as { keyId: string, secret: string }
+    keys[address] = `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
+  }
+  const limits = { RATE_LIMIT_PER_SECOND: '100000' }
+  const first = await startServer(t, { ...env, ...limits })
+
+  // Even-numbered sends are JSON; odd ones multipart with an attachment holding their number.
+  const outcomes = new Map<number, Outcome>()
+  let next = 0
+  let killed = false
+  let inFlightAtKill = 0
+  let inFlight = 0
+  const send = async (n: number): Promise<Outcome> => {
+    let body: string | FormData
+    const headers: Record<string, string> = { authorization: keys.writer! }
+    if (n % 2 === 0) {
+      body = JSON.stringify({ recipient: 'reader', body: `crash-${n}` })
+      headers['content-type'] = 'application/json'
+    } else {
+      body = new FormData()
+      body.append('recipient', 'reader')
+      body.append('body', `crash-${n}`)
+      body.append('attachment', new Blob([`attachment of ${n}`], { type: 'text/plain' }), `a${n}.txt`)
+    }
+    try {
+      const res = await fetch(`${first.url}/v2/message`, { method: 'POST', headers, body })
+      const answer = await res.json() as { id?: string }
+      return res.status === 200 ? { status: 200, id: answer.id! } : { status: res.status }
+    } catch (err) {
+      return { error: (err as Error).message }
+    }
+  }
+  const worker = async () => {
+    while (!killed) {
+      const n = next++
+      inFlight++
+      outcomes.set(n, await send(n))
+      inFlight--
+    }
+  }
+  const workers = Array.from({ length: 8 }, worker)
+  // Kill once the stream is well under way.
+  while ([...outcomes.values()].filter((o) => 'status' in o && o.status === 200).length < 150) {
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+  inFlightAtKill = inFlight
+  const exited = new Promise((resolve) => first.child.once('exit', resolve))
+  first.child.kill('SIGKILL')
+  killed = true
+  await exited
+  await Promise.all(workers)
+
+  const acknowledged = [...outcomes].filter(([, o]) => 'status' in o && o.status === 200)
+  const unanswered = [...outcomes].filter(([, o]) => 'error' in o)
+  t.ok(inFlightAtKill > 0, `${inFlightAtKill} sends were in flight at the kill`)
+  t.ok(unanswered.length > 0, `${unanswered.length} sends got no answer`)
+  t.same([...outcomes.values()].filter((o) => 'status' in o && o.status !== 200), [], 'every answered send succeeded')
+
+  const second = await startServer(t, { ...env, ...limits })
+
+  await t.test('every acknowledged message is readable after the restart', async (t) => {
+    const missing: number[] = []
+    for (const [n, outcome] of acknowledged) {
+      const res = await fetch(`${second.url}/v2/message/${(outcome as { id: string }).id}`, { headers: { authorization: keys.reader! } })
+      const message = await res.json() as { body?: string }
+      if (res.status !== 200 || message.body !== `crash-${n}`) missing.push(n)
+    }
+    t.same(missing, [], `${acknowledged.length} acknowledged messages read back`)
+    const attachment = acknowledged.find(([n]) => n % 2 === 1)!
+    const res = await fetch(`${second.url}/v2/message/${(attachment[1] as { id: string }).id}/attachment/1`, { headers: { authorization: keys.reader! } })
+    t.equal(await res.text(), `attachment of ${attachment[0]}`)
+  })
+
+  await t.test('every stored message is whole: attachment, delivery, event and quota count', async (t) => {
+    const client = new pg.Client({ connectionString: env.DATABASE_URL })
+    await client.connect()
+    t.teardown(() => client.end())
+    const { rows } = await client.query<{ id: string, body: string, attachments: number, deliveries: number, events: number }>(`
+      SELECT m.id, m.body,
+        (SELECT count(*)::int FROM attachments a WHERE a.message_id = m.id) AS attachments,
+        (SELECT count(*)::int FROM deliveries d WHERE d.message_id = m.id AND d.recipient = 'reader') AS deliveries,
+        (SELECT count(*)::int FROM events e WHERE e.message_id = m.id AND e.address = 'reader' AND e.type = 'message.received') AS events
+      FROM messages m WHERE m.sender = 'writer'`)
+    const stored = new Map<number, typeof rows[number]>()
+    const twice: string[] = []
+    for (const row of rows) {
+      const n = Number(/^crash-(\d+)$/.exec(row.body)?.[1])
+      if (stored.has(n)) twice.push(row.body)
+      stored.set(n, row)
+    }
+    t.same(twice, [], 'no send is stored twice')
+    const broken = rows.filter((row) => {
+      const n = Number(row.body.slice('crash-'.length))
+      return row.attachments !== n % 2 || row.deliveries !== 1 || row.events !== 1 || !outcomes.has(n)
+    })
+    t.same(broken, [], `${rows.length} stored messages are whole`)
+    for (const [n, outcome] of acknowledged) {
+      if (stored.get(n)?.id !== (outcome as { id: string }).id) t.fail(`acknowledged crash-${n} is stored under its id`)
+    }
+    const quota = await client.query<{ count: number }>(`
+      SELECT coalesce(sum(q.count), 0)::int AS count FROM quota_usage q
+      JOIN api_keys k ON k.id = q.key_id WHERE k.address = 'writer'`)
+    t.equal(quota.rows[0]!.count, rows.length, 'the quota counted exactly the stored messages')
+    t.ok(rows.length >= acknowledged.length && rows.length <= acknowledged.length + unanswered.length,
+      `${rows.length} stored: the ${acknowledged.length} acknowledged and ${rows.length - acknowledged.length} of the ${unanswered.length} unanswered`)
+  })
+
+  await t.test('the restarted server takes new sends', async (t) => {
+    const res = await fetch(`${second.url}/v2/message`, {
+      method: 'POST',
+      headers: { authorization: keys.writer!, 'content-type': 'application/json' },
+      body: JSON.stringify({ recipient: 'reader', body: 'after the crash' })
+    })
+    t.equal(res.status, 200)
+  })
+})
