@@ -24,6 +24,9 @@ export function toGroup (row: GroupRow, members: string[]): Group {
   }
 }
 
+/** The first key of a group's advisory lock (the second is a hash of its id). */
+const GROUP_LOCK_CLASS = 0x67727020
+
 export function createGroupsRepository (db: Db) {
   return {
     async create (name: string, owner: string, members: string[]): Promise<Group> {
@@ -34,12 +37,21 @@ export function createGroupsRepository (db: Db) {
     },
 
     /**
-     * The group row; `lock` takes it FOR SHARE (a send, which must not race a membership
-     * change) or FOR UPDATE (a membership change), inside the caller's transaction.
+     * The group row; `lock` holds the group shared (a send, which must not race a membership
+     * change) or exclusive (a change), until the caller's transaction ends.
+     *
+     * Row locks alone starve a change: share lockers join the lock held by other share lockers
+     * without queueing, so steady sends to a busy group keep a membership change waiting for
+     * ever. An advisory lock on the group id comes first: PostgreSQL queues those fairly, so a
+     * waiting change holds back sends that arrive after it.
      */
     async find (id: string, lock?: 'share' | 'update'): Promise<GroupRow | undefined> {
       const query = db.select().from(groups).where(eq(groups.id, id))
-      const [row] = lock === undefined ? await query : await query.for(lock === 'share' ? 'share' : 'no key update')
+      if (lock === undefined) return (await query)[0]
+      await db.execute(lock === 'share'
+        ? sql`SELECT pg_advisory_xact_lock_shared(${GROUP_LOCK_CLASS}, hashtext(${id}))`
+        : sql`SELECT pg_advisory_xact_lock(${GROUP_LOCK_CLASS}, hashtext(${id}))`)
+      const [row] = await query.for(lock === 'share' ? 'share' : 'no key update')
       return row
     },
 
