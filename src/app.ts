@@ -7,6 +7,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { Redis } from 'ioredis'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
+import { buildValidator } from './validation.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createTestBot } from './modules/bot/test-bot.js'
 import { createEventBus } from './modules/events/event-bus.js'
@@ -65,6 +66,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
       ? ((hops: number) => (_address: string, hop: number) => hop < hops)(config.trustProxy)
       : config.trustProxy,
     bodyLimit: BODY_LIMIT,
+    schemaController: { compilersFactory: { buildValidator } },
     requestIdHeader: false,
     genReqId: (req) => {
       const given = req.headers['x-request-id']

@@ -1,8 +1,9 @@
 import formbody from '@fastify/formbody'
 import multipart from '@fastify/multipart'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { UnsupportedMediaType } from '../errors.js'
+import { UnsupportedMediaType, ValidationFailed } from '../errors.js'
+import { sendError } from './errors.js'
 import { readUpload, UploadedFile } from './uploads.js'
 
 declare module 'fastify' {
@@ -14,6 +15,9 @@ declare module 'fastify' {
 
 /** JSON and form bodies are capped at 1 MiB before they are buffered (API.md §1). */
 export const BODY_LIMIT = 1024 * 1024
+
+/** How long reading a multipart body may stand still on the parser's side before it counts as malformed. */
+const MULTIPART_STALL_MS = 2_000
 
 export interface BodyParserOptions {
   maxAttachments: number
@@ -31,6 +35,26 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
   // Only the three formats of the contract: text/plain (a Fastify default) is refused with 415.
   app.removeContentTypeParser('text/plain')
   await app.register(formbody, { bodyLimit: BODY_LIMIT })
+  // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
+  // waits for a blank line that never comes, and stops reading the request. A multipart body
+  // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused
+  // by the parser rather than waiting on the client) is answered 400 and its connection closed.
+  const watchdogs = new WeakMap<FastifyRequest, NodeJS.Timeout>()
+  app.addHook('preValidation', async (req, reply) => {
+    if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
+    let stillSince: number | undefined
+    watchdogs.set(req, setInterval(() => {
+      const still = req.raw.readableEnded || req.raw.readableFlowing === false
+      stillSince = still ? stillSince ?? Date.now() : undefined
+      if (stillSince === undefined || Date.now() - stillSince < MULTIPART_STALL_MS) return
+      clearInterval(watchdogs.get(req))
+      if (reply.sent) return
+      reply.header('connection', 'close')
+      sendError(reply, new ValidationFailed('body: malformed multipart/form-data: a part\'s headers never end'))
+    }, MULTIPART_STALL_MS / 4).unref())
+  })
+  app.addHook('onResponse', async (req) => { clearInterval(watchdogs.get(req)) })
+
   await app.register(multipart, {
     attachFieldsToBody: 'keyValues',
     limits: {
@@ -50,6 +74,7 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
   // One file part arrives as a value, several as a list; a schema sees a list either way
   // (Ajv's array coercion wraps scalars only, not objects).
   app.addHook('preValidation', async (req) => {
+    clearInterval(watchdogs.get(req))
     if (req.routeOptions.config.acceptsFiles !== true || typeof req.body !== 'object' || req.body === null) return
     const body = req.body as Record<string, unknown>
     for (const [name, value] of Object.entries(body)) {
