@@ -1,9 +1,12 @@
 # syntax=docker/dockerfile:1
-# Build stage: production dependencies only, from the lockfile.
+# Build stage: production dependencies only, from the lockfile, and the web console built
+# with them (esbuild is a production dependency for this).
 FROM node:20-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+COPY web ./web
+RUN node web/build.mjs
 
 # Runtime: the sources run through tsx, as `npm start` does; no dev dependencies, no root.
 FROM node:20-bookworm-slim
@@ -13,6 +16,7 @@ COPY package.json ./
 COPY bin ./bin
 COPY src ./src
 COPY migrations ./migrations
+COPY --from=deps /app/web/dist ./web/dist
 ENV HOST=0.0.0.0 \
     PORT=3000 \
     DATA_DIR=/app/data

@@ -25,6 +25,7 @@ import { authPlugin } from './plugins/auth.js'
 import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
 import { AppError, ValidationFailed } from './errors.js'
 import { errorsPlugin, sendError } from './plugins/errors.js'
+import { consolePlugin } from './plugins/console.js'
 import { rateLimitPlugin } from './plugins/rate-limit.js'
 import { ErrorSchema } from './schemas.js'
 
@@ -176,6 +177,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     maxBodyChars: config.maxBodyChars
   })
   await app.register(healthRoutes, { database, metrics })
+  // Encapsulated: helmet's headers and CSP apply to the console's files only.
+  await app.register(consolePlugin)
 
   await app.register(async (v2) => {
     await v2.register(authPlugin, { authenticator })

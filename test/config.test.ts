@@ -16,6 +16,7 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     maxAttachments: 10,
     maxAttachmentBytes: 25 * 1024 * 1024,
     maxLongPollsPerKey: 10,
+    requestTimeoutSeconds: 60,
     testBotAddress: 'testbot'
   })
 })

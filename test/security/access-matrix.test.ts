@@ -21,6 +21,7 @@ const rows: Row[] = [
   { route: 'POST /events/ack', call: (c) => c.post('/v2/events/ack', { upTo: '1' }), expect: [204, 204, 204] },
   { route: 'DELETE /events', call: (c) => c.delete('/v2/events?upTo=1'), expect: [204, 204, 204] },
   { route: 'GET /user/{user}', call: (c) => c.get('/v2/user/alice'), expect: [200, 200, 200] },
+  { route: 'GET /whoami', call: (c) => c.get('/v2/whoami'), expect: [200, 200, 200] },
   { route: 'POST /group', call: (c) => c.post('/v2/group', { name: 'new' }), expect: [200, 200, 200] },
   { route: 'GET /group/{group}', call: (c, f) => c.get(`/v2/group/${f.group}`), expect: [403, 200, 200] },
   { route: 'POST /group/{group}', call: (c, f) => c.post(`/v2/group/${f.group}`, { name: 'renamed' }), expect: [403, 403, 200] },

@@ -11,7 +11,7 @@ import { build } from '../helper.js'
 
 const ROUTES: [method: 'GET' | 'POST' | 'DELETE', template: string][] = [
   ['GET', '/v2/events'], ['DELETE', '/v2/events'], ['POST', '/v2/events/ack'],
-  ['GET', '/v2/user/:user'],
+  ['GET', '/v2/user/:user'], ['GET', '/v2/whoami'],
   ['POST', '/v2/group'], ['GET', '/v2/group/:group'], ['POST', '/v2/group/:group'], ['DELETE', '/v2/group/:group'],
   ['POST', '/v2/group/:group/members'], ['POST', '/v2/group/:group/members/remove'],
   ['POST', '/v2/message'], ['GET', '/v2/message/:message'], ['DELETE', '/v2/message/:message'],

@@ -3,7 +3,8 @@ import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createUsersRepository } from './users.repository.js'
-import { toUser, UserParams, UserSchema } from './users.schemas.js'
+import { principalOf } from '../../plugins/auth.js'
+import { toUser, UserParams, UserSchema, WhoamiSchema } from './users.schemas.js'
 
 export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   const users = createUsersRepository(db)
@@ -20,5 +21,20 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
     const row = await users.find(req.params.user)
     if (row === undefined) throw new NotFound('user', req.params.user.toLowerCase())
     return toUser(row)
+  })
+
+  app.get('/whoami', {
+    schema: {
+      tags: ['users'],
+      summary: 'The user and key behind the credentials',
+      description: 'Not in SPEC.md: like Matrix\'s /account/whoami or Slack\'s auth.test, it lets a client that holds only ' +
+        'a key id and secret (the web console, for one) learn whose key it is. 401 for bad credentials, as everywhere.',
+      response: { 200: WhoamiSchema, ...errorResponses(...AUTHENTICATED_ERRORS) }
+    }
+  }, async (req) => {
+    const principal = principalOf(req)
+    const row = await users.find(principal.address)
+    if (row === undefined) throw new NotFound('user', principal.address)
+    return { user: toUser(row), keyId: principal.keyId, dailyQuota: principal.dailyQuota }
   })
 }

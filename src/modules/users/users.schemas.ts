@@ -16,3 +16,9 @@ export const UserParams = Type.Object({ user: AddressParam })
 export function toUser (row: UserRow): User {
   return { address: row.address, displayName: row.displayName, bot: row.bot, createdAt: row.createdAt.toISOString() }
 }
+
+export const WhoamiSchema = Type.Object({
+  user: UserSchema,
+  keyId: Type.String({ description: 'The API key the request was made with' }),
+  dailyQuota: Type.Integer({ description: 'Messages this key may send per UTC day' })
+}, { title: 'Whoami' })

@@ -32,3 +32,14 @@ t.test('GET /v2/user/:user answers 400 VALIDATION_FAILED for a malformed address
   t.equal(res.statusCode, 400)
   t.match(res.json(), { statusCode: 400, error: 'Bad Request', code: 'VALIDATION_FAILED', message: /params\/user/ })
 })
+
+t.test('GET /v2/whoami names the user and key behind the credentials', async (t) => {
+  const { app, as, createUser } = await build(t)
+  await createUser('carol', 'Carol')
+  const carol = await as('carol', { dailyQuota: 7 })
+  const res = await carol.get('/v2/whoami')
+  t.equal(res.statusCode, 200)
+  t.match(res.json(), { user: { address: 'carol', displayName: 'Carol', bot: false }, keyId: carol.keyId, dailyQuota: 7 })
+  const anonymous = await app.inject({ method: 'GET', url: '/v2/whoami' })
+  t.equal(anonymous.statusCode, 401)
+})
