@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL, type SQLWrapper } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { events, type EventRow } from './events.table.js'
@@ -42,34 +42,57 @@ const visible = (address: string) => and(
 export function createEventsRepository (db: Db) {
   return {
     /**
-     * Appends events to feeds; call it inside the transaction that makes the change. Each feed's
-     * next ids come from its user row, locked in address order (so two writers never deadlock)
-     * and held to commit, so a feed's events become visible in id order: a reader following
-     * `after = last` cannot miss one that commits late with a smaller id. Listeners hear of it
-     * by NOTIFY, which PostgreSQL delivers only on commit.
+     * Takes the next ids of feeds, `counts` of them each, in one statement; call it inside the
+     * transaction that makes the change. Each feed's ids come from its user row, locked in
+     * address order (so two writers never deadlock) and held to commit, so a feed's events
+     * become visible in id order: a reader following `after = last` cannot miss one that
+     * commits late with a smaller id. Answers each address's first new id; an address with no
+     * user is missing from the answer.
      */
-    async append (newEvents: NewEvent[]): Promise<void> {
-      if (newEvents.length === 0) return
-      const counts = new Map<string, number>()
-      for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
+    async reserve (counts: Map<string, number>): Promise<Map<string, number>> {
       const addresses = [...counts.keys()].sort()
-      await queryRows(db, sql`SELECT address FROM users WHERE address IN (${sql.join(addresses.map((a) => sql`${a}`), sql`, `)}) ORDER BY address FOR NO KEY UPDATE`)
+      if (addresses.length === 0) return new Map()
       const values = sql.join(addresses.map((a) => sql`(${a}::text, ${counts.get(a)!}::bigint)`), sql`, `)
+      // One row needs no ordering; several are locked in address order by the subquery first.
+      const ordered = addresses.length === 1
+        ? sql``
+        : sql` AND users.address IN (SELECT address FROM users WHERE address IN (${sql.join(addresses.map((a) => sql`${a}`), sql`, `)}) ORDER BY address FOR NO KEY UPDATE)`
       const bumped = await queryRows<{ address: string, last: string | number }>(db, sql`
         UPDATE users SET event_seq = users.event_seq + v.n
         FROM (VALUES ${values}) AS v(address, n)
-        WHERE users.address = v.address
+        WHERE users.address = v.address${ordered}
         RETURNING users.address, users.event_seq AS last`)
-      const next = new Map(bumped.map((r) => [r.address, Number(r.last) - counts.get(r.address)! + 1]))
-      await db.insert(events).values(newEvents.map((e) => {
+      return new Map(bumped.map((r) => [r.address, Number(r.last) - counts.get(r.address)! + 1]))
+    },
+
+    /**
+     * The writes that append events numbered from reserve()'s ids, as CTE parts for the
+     * caller's statement: the INSERT, and the NOTIFY calls to select (PostgreSQL delivers a
+     * NOTIFY only on commit, so listeners hear of the events once they are visible).
+     */
+    appendWrites (newEvents: NewEvent[], first: Map<string, number>): { insert: SQLWrapper, notify: SQL } {
+      const next = new Map(first)
+      const rows = newEvents.map((e) => {
         const seq = next.get(e.address)
         if (seq === undefined) throw new Error(`no feed for ${e.address}`)
         next.set(e.address, seq + 1)
         return { address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }
-      }))
+      })
+      const addresses = [...new Set(newEvents.map((e) => e.address))].sort()
+      const notifies: SQL[] = []
       for (let i = 0; i < addresses.length; i += ADDRESSES_PER_NOTIFY) {
-        await db.execute(sql`SELECT pg_notify(${EVENTS_CHANNEL}, ${addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(',')})`)
+        notifies.push(sql`pg_notify(${EVENTS_CHANNEL}, ${addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(',')})`)
       }
+      return { insert: db.insert(events).values(rows), notify: sql.join(notifies, sql`, `) }
+    },
+
+    /** Appends events to feeds inside the caller's transaction: two statements. */
+    async append (newEvents: NewEvent[]): Promise<void> {
+      if (newEvents.length === 0) return
+      const counts = new Map<string, number>()
+      for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
+      const { insert, notify } = this.appendWrites(newEvents, await this.reserve(counts))
+      await db.execute(sql`WITH appended AS ${insert} SELECT ${notify}`)
     },
 
     /** Unacknowledged, unlapsed events of one feed with id > after, oldest first. */

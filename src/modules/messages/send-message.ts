@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
-import { and, eq, gt, lte } from 'drizzle-orm'
+import { and, eq, gt, lte, sql } from 'drizzle-orm'
+import { queryRows } from '../../db/rows.js'
 import type { Db } from '../../db/client.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId } from '../../ids.js'
@@ -24,10 +25,11 @@ export class IdempotencyMismatch extends AppError {
 
 /**
  * Who a message (or a typing indicator) goes to: a user itself, or every member of a group but
- * the sender, who must be a member. Inside a transaction the group row is held FOR SHARE, so a
- * membership change cannot interleave and a message never reaches a non-member.
+ * the sender, who must be a member. Inside a transaction the group is held shared, so a
+ * membership change cannot interleave and a message never reaches a non-member. With `known`,
+ * a user recipient is not looked up: the caller learns whether it exists another way.
  */
-export async function resolveRecipients (db: Db, sender: string, recipient: string): Promise<{ recipient: string, addresses: string[] }> {
+export async function resolveRecipients (db: Db, sender: string, recipient: string, known = false): Promise<{ recipient: string, addresses: string[] }> {
   if (isGroupId(recipient)) {
     const groups = createGroupsRepository(db)
     await memberGroup(groups, recipient, sender, 'share')
@@ -37,8 +39,7 @@ export async function resolveRecipients (db: Db, sender: string, recipient: stri
   if (!isAddress(address)) {
     throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
   }
-  const user = await createUsersRepository(db).find(address)
-  if (user === undefined) throw new NotFound('user', address)
+  if (!known && await createUsersRepository(db).find(address) === undefined) throw new NotFound('user', address)
   return { recipient: address, addresses: [address] }
 }
 
@@ -47,22 +48,45 @@ export interface Delivery {
   recipient: string
   body: string
   files: UploadedFile[]
+  /** Count the send against this key's day (a bot's reply counts for no one). */
+  quota?: { keyId: string, day: string, limit: number }
 }
 
 /**
  * Writes a message with everything that belongs to it, inside the caller's transaction: the
- * message and its files, a delivery row per recipient, and a message.received event in each
- * recipient's feed.
+ * message and its files, a delivery row per recipient, a message.received event in each
+ * recipient's feed, and the quota count. Two statements for a message to a user (the
+ * recipients' feed ids, which also proves the user exists; then every write as one statement
+ * of CTEs), so a send costs four round trips with BEGIN and COMMIT. Answers the message and
+ * the key's new count, which is null when the quota was already used up (the caller then
+ * rolls back).
  */
-export async function deliverMessage (tx: Db, d: Delivery): Promise<Message> {
-  const target = await resolveRecipients(tx, d.sender, d.recipient)
-  const message = await createMessagesRepository(tx).insert({
-    id: newId('msg'), sender: d.sender, recipient: target.recipient, body: d.body, files: d.files, recipients: target.addresses
+export async function deliverMessage (tx: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
+  const target = await resolveRecipients(tx, d.sender, d.recipient, true)
+  const feeds = createEventsRepository(tx)
+  const first = await feeds.reserve(new Map(target.addresses.map((a) => [a, 1])))
+  if (!isGroupId(target.recipient) && !first.has(target.recipient)) throw new NotFound('user', target.recipient)
+  const { message, writes } = createMessagesRepository(tx).insertWrites({
+    id: newId('msg'), sender: d.sender, recipient: target.recipient, body: d.body, files: d.files, createdAt: new Date(), recipients: target.addresses
   })
-  await createEventsRepository(tx).append(target.addresses.map((address) => ({
-    address, type: 'message.received', data: { message }, messageId: message.id
-  })))
-  return message
+  // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
+  const parts = writes.map((write, i) => sql`w${sql.raw(String(i))} AS ${write}`)
+  let notify = sql`NULL`
+  if (target.addresses.length > 0) {
+    const appended = feeds.appendWrites(target.addresses.map((address) => ({
+      address, type: 'message.received', data: { message }, messageId: message.id
+    })), first)
+    parts.push(sql`appended AS ${appended.insert}`)
+    notify = appended.notify
+  }
+  let used = sql`NULL::int`
+  if (d.quota !== undefined) {
+    if (d.quota.limit <= 0) return { message, used: null }
+    parts.push(sql`counted AS ${createQuotaRepository(tx).consumeWrite(d.quota.keyId, d.quota.day, d.quota.limit)}`)
+    used = sql`(SELECT count FROM counted)`
+  }
+  const [row] = await queryRows<{ used: number | null }>(tx, sql`WITH ${sql.join(parts, sql`, `)} SELECT ${used} AS used, ${notify}`)
+  return { message, used: row?.used ?? null }
 }
 
 export interface SendInput {
@@ -128,7 +152,9 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
 
   try {
     return await db.transaction(async (tx) => {
-      const message = await deliverMessage(tx, { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files })
+      const quota = { keyId: principal.keyId, day, limit: principal.dailyQuota }
+      const { message, used } = await deliverMessage(tx, { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files, quota })
+      if (used === null) throw new QuotaExceeded(quotaState(principal.dailyQuota))
       if (input.idempotencyKey !== undefined) {
         // An expired record may be replaced; a live one makes this send a duplicate. A racing
         // duplicate waits on the insert below until the first commits, then finds the key taken.
@@ -143,9 +169,6 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
           .returning({ key: idempotencyKeys.idempotencyKey })
         if (claimed.length === 0) throw new DuplicateCommitted()
       }
-      // Last, so the key's quota row is locked for as short a time as possible.
-      const used = await createQuotaRepository(tx).consume(principal.keyId, day, principal.dailyQuota)
-      if (used === undefined) throw new QuotaExceeded(quotaState(principal.dailyQuota))
       return { message, quota: quotaState(used), replayed: false }
     })
   } catch (err) {

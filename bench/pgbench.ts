@@ -1,0 +1,55 @@
+import { execFile } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+
+/**
+ * The SQL of one 1:1 JSON send, statement for statement as the service runs it (src/modules/
+ * messages/send-message.ts and the repositories it calls; check with log_statement = 'all'):
+ * client i sends as sender<i> to receiver<i>, as the HTTP scenario's connection i does.
+ * This is the physical limit the service is measured against: the same round trips and the
+ * same writes, with no HTTP, JSON, validation or Node in between.
+ */
+export const SEND_TRANSACTION = String.raw`
+\set mid random(1, 9223372036854775807)
+BEGIN;
+UPDATE users SET event_seq = event_seq + 1 WHERE address = 'receiver' || :client_id RETURNING event_seq AS seq \gset
+WITH message AS (
+  INSERT INTO messages (id, sender, recipient, body) VALUES ('msg_' || :mid, 'sender' || :client_id, 'receiver' || :client_id, 'hello from the benchmark')
+  RETURNING id, sender, recipient, body, created_at
+), delivered AS (
+  INSERT INTO deliveries (message_id, recipient) SELECT id, recipient FROM message
+), appended AS (
+  INSERT INTO events (address, seq, type, data, message_id)
+  SELECT recipient, :seq, 'message.received',
+    jsonb_build_object('message', jsonb_build_object('id', id, 'sender', sender, 'recipient', recipient, 'body', body, 'attachments', '[]'::jsonb, 'createdAt', created_at)), id
+  FROM message
+), counted AS (
+  INSERT INTO quota_usage (key_id, day, count) VALUES ('pgbench' || :client_id, current_date, 1)
+  ON CONFLICT (key_id, day) DO UPDATE SET count = quota_usage.count + 1 WHERE quota_usage.count < 1000000000
+  RETURNING count
+)
+SELECT message.*, (SELECT count FROM counted) AS used, pg_notify('parley_events', 'receiver' || :client_id) FROM message;
+COMMIT;
+`
+
+export interface PgbenchResult { clients: number, tps: number, latencyMs: number }
+
+/** Runs the send transaction with pgbench at the given concurrency for `seconds`. */
+export async function pgbench (databaseUrl: string, clients: number, seconds: number): Promise<PgbenchResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'parley-pgbench-'))
+  try {
+    const script = join(dir, 'send.sql')
+    writeFileSync(script, SEND_TRANSACTION)
+    const { stdout } = await promisify(execFile)('pgbench', [
+      '--no-vacuum', '--protocol=prepared', `--client=${clients}`, '--jobs=2', `--time=${seconds}`, `--file=${script}`, databaseUrl
+    ], { maxBuffer: 16 * 1024 * 1024 })
+    const tps = Number(/tps = ([0-9.]+) \(without initial connection time\)/.exec(stdout)?.[1])
+    const latencyMs = Number(/latency average = ([0-9.]+) ms/.exec(stdout)?.[1])
+    if (!Number.isFinite(tps)) throw new Error(`could not read pgbench's output:\n${stdout}`)
+    return { clients, tps, latencyMs }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * `npm run bench`: the service from this checkout on the machine's PostgreSQL, in a database
+ * made for the run, under autocannon; the same send's SQL under pgbench as the limit to compare
+ * with. Prints a table and writes bench/results/<date>.json. See BENCHMARKS.md.
+ *
+ * Environment: BENCH_DATABASE_URL (an admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
+ * BENCH_SECONDS (10) and BENCH_WARMUP_SECONDS (3) per scenario.
+ */
+import { randomBytes } from 'node:crypto'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { cpus, totalmem } from 'node:os'
+import { join } from 'node:path'
+import autocannon from 'autocannon'
+import pg from 'pg'
+import { createFixtures, freshDatabase, ROOT, startService, type Key } from './fixtures.js'
+import { pgbench, type PgbenchResult } from './pgbench.js'
+import { idlePollMemory, wakeUpLatency } from './pollers.js'
+
+const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
+const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 3)
+const PAIRS = 50
+const POLLERS = 1_000
+const IDLE_POLLS = 5_000
+const POLLS_PER_KEY = 10
+
+interface HttpRow { scenario: string, connections: number, rps: number, p50: number, p99: number, errors: number, limit?: PgbenchResult }
+
+interface Request { path: string, method: 'GET' | 'POST', headers: Record<string, string>, body?: string | Buffer }
+
+/** Runs one HTTP scenario: a warm-up, then the measured run; connection i makes request i. */
+async function load (url: string, connections: number, requestFor: (i: number) => Request): Promise<{ rps: number, p50: number, p99: number, errors: number }> {
+  const run = async (duration: number) => {
+    let client = 0
+    const first = requestFor(0)
+    return autocannon({
+      url: `${url}${first.path}`,
+      method: first.method,
+      connections,
+      duration,
+      setupClient: (c) => {
+        const r = requestFor(client++ % connections)
+        c.setHeadersAndBody(r.headers, r.body as string)
+      }
+    })
+  }
+  if (WARMUP > 0) await run(WARMUP)
+  const result = await run(SECONDS)
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.timeouts + result.non2xx
+  }
+}
+
+const json = (from: Key, recipient: string): Request => ({
+  path: '/v2/message',
+  method: 'POST',
+  headers: { authorization: from.authorization, 'content-type': 'application/json' },
+  body: JSON.stringify({ recipient, body: 'hello from the benchmark' })
+})
+
+const IMAGE = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), randomBytes(10 * 1024 - 8)])
+
+function multipart (from: Key, recipient: string): Request {
+  const boundary = 'parleyBenchBoundary'
+  const field = (name: string, value: string) => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`
+  const body = Buffer.concat([
+    Buffer.from(field('recipient', recipient) + field('body', 'a picture') +
+      `--${boundary}\r\nContent-Disposition: form-data; name="attachment"; filename="bench.png"\r\nContent-Type: image/png\r\n\r\n`),
+    IMAGE,
+    Buffer.from(`\r\n--${boundary}--\r\n`)
+  ])
+  return { path: '/v2/message', method: 'POST', headers: { authorization: from.authorization, 'content-type': `multipart/form-data; boundary=${boundary}` }, body }
+}
+
+async function machine (databaseUrl: string) {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  const { rows } = await client.query<{ version: string }>('SELECT version()')
+  await client.end()
+  return { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version, postgres: rows[0]!.version }
+}
+
+const ms = (n: number) => `${n.toFixed(1)} ms`
+const mb = (n: number) => `${(n / 2 ** 20).toFixed(0)} MB`
+
+async function main (): Promise<void> {
+  const started = new Date()
+  const database = await freshDatabase(ADMIN_URL)
+  let service: Awaited<ReturnType<typeof startService>> | undefined
+  try {
+    process.stdout.write('setting up users, keys and groups… ')
+    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: POLLERS, idlers: IDLE_POLLS / POLLS_PER_KEY })
+    console.log('done')
+    service = await startService(database.url, {
+      LOG_LEVEL: 'warn', RATE_LIMIT_PER_SECOND: '1000000', MAX_LONG_POLLS_PER_KEY: String(POLLS_PER_KEY)
+    })
+    const url = service.url
+    const rows: HttpRow[] = []
+
+    console.log('scenario 4: long-poll wake-up, 1,000 pollers')
+    const wake = await wakeUpLatency(url, database.url, f.pollers, f.senders)
+    console.log('scenario 6: memory with 5,000 idle long-polls')
+    const memory = await idlePollMemory(url, f.idlers, POLLS_PER_KEY, service.rss)
+
+    const limits = new Map<number, PgbenchResult>()
+    for (const connections of [10, 50]) {
+      console.log(`limit: pgbench, the send's SQL, ${connections} clients`)
+      limits.set(connections, await pgbench(database.url, connections, SECONDS))
+    }
+    for (const connections of [10, 50]) {
+      console.log(`scenario 1: POST /v2/message JSON, ${connections} connections`)
+      rows.push({ scenario: '1. send, JSON, 1:1', connections, ...await load(url, connections, (i) => json(f.senders[i]!, f.receivers[i]!.address)), limit: limits.get(connections)! })
+    }
+    for (const connections of [10, 50]) {
+      console.log(`scenario 2: POST /v2/message multipart with a 10 KiB image, ${connections} connections`)
+      rows.push({ scenario: '2. send, multipart, 10 KiB image', connections, ...await load(url, connections, (i) => multipart(f.senders[i]!, f.receivers[i]!.address)), limit: limits.get(connections)! })
+    }
+    console.log('scenario 3: group message to 20 members, 50 connections')
+    rows.push({ scenario: '3. send to a group of 20', connections: PAIRS, ...await load(url, PAIRS, (i) => json(f.groups[i]!.sender, f.groups[i]!.id)), limit: limits.get(50)! })
+    console.log('scenario 5: GET /v2/user/{user}, 50 connections')
+    rows.push({
+      scenario: '5. GET /v2/user/{user}',
+      connections: PAIRS,
+      ...await load(url, PAIRS, (i) => ({ path: `/v2/user/${f.receivers[i]!.address}`, method: 'GET', headers: { authorization: f.senders[i]!.authorization } }))
+    })
+
+    console.log('')
+    console.log('| scenario | connections | requests/s | p50 | p99 | errors | pgbench tps (same SQL, same clients) | ratio |')
+    console.log('|---|---|---|---|---|---|---|---|')
+    for (const r of rows) {
+      const limit = r.limit === undefined ? '' : r.limit.tps.toFixed(0)
+      const ratio = r.limit === undefined ? '' : `${Math.round(100 * r.rps / r.limit.tps)}%`
+      console.log(`| ${r.scenario} | ${r.connections} | ${r.rps.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.errors} | ${limit} | ${ratio} |`)
+    }
+    console.log(`| 4. long-poll wake-up, ${wake.pollers} pollers | | | ${ms(wake.afterSend.p50)} | ${ms(wake.afterSend.p99)} | | LISTEN connections: ${wake.listenConnections} | |`)
+    console.log(`| 6. RSS with ${memory.idlePolls} idle long-polls | | | | | | ${mb(memory.rssWithPolls)} (${mb(memory.rssBefore)} before, ${(memory.perPoll / 1024).toFixed(1)} KiB per poll) | |`)
+
+    const day = started.toISOString().slice(0, 10)
+    const dir = join(ROOT, 'bench', 'results')
+    mkdirSync(dir, { recursive: true })
+    const file = join(dir, `${day}.json`)
+    writeFileSync(file, JSON.stringify({
+      startedAt: started.toISOString(),
+      machine: await machine(database.url),
+      settings: { seconds: SECONDS, warmupSeconds: WARMUP, pairs: PAIRS },
+      http: rows,
+      limits: [...limits.values()],
+      wakeUp: wake,
+      memory
+    }, null, 2) + '\n')
+    console.log(`\nwrote ${file}`)
+  } finally {
+    await service?.stop()
+    await database.drop()
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err)
+  process.exit(1)
+})
