@@ -92,10 +92,10 @@ export interface Service {
   stop(): Promise<void>
 }
 
-/** Starts `parley serve` from this checkout on the bench database and waits until it is ready. */
-export async function startService (databaseUrl: string, env: Record<string, string>): Promise<Service> {
+/** Starts `parley serve` from this checkout on the bench database and waits until it is ready (`nodeArgs`: --cpu-prof, say). */
+export async function startService (databaseUrl: string, env: Record<string, string>, nodeArgs: string[] = []): Promise<Service> {
   const port = await freePort()
-  const child = spawn(process.execPath, [join(ROOT, 'bin', 'parley.js'), 'serve'], {
+  const child = spawn(process.execPath, [...nodeArgs, join(ROOT, 'bin', 'parley.js'), 'serve'], {
     env: { ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), ...env },
     stdio: ['ignore', 'ignore', 'inherit']
   })

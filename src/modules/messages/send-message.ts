@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto'
-import { and, eq, gt, lte, sql } from 'drizzle-orm'
+import { and, eq, gt, lte, sql, type SQL } from 'drizzle-orm'
 import { queryRows } from '../../db/rows.js'
 import type { Db } from '../../db/client.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId } from '../../ids.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
-import { createEventsRepository } from '../events/events.repository.js'
+import { createEventsRepository, EVENTS_CHANNEL } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { memberGroup } from '../groups/groups.service.js'
 import type { Principal } from '../keys/authenticator.js'
@@ -53,22 +53,78 @@ export interface Delivery {
 }
 
 /**
- * Writes a message with everything that belongs to it, inside the caller's transaction: the
- * message and its files, a delivery row per recipient, a message.received event in each
- * recipient's feed, and the quota count. Two statements for a message to a user (the
- * recipients' feed ids, which also proves the user exists; then every write as one statement
- * of CTEs), so a send costs four round trips with BEGIN and COMMIT. Answers the message and
- * the key's new count, which is null when the quota was already used up (the caller then
- * rolls back).
+ * Writes a message with everything that belongs to it: the message and its files, a delivery
+ * row per recipient, a message.received event in each recipient's feed, and the quota count.
+ * Answers the message and the key's new count, which is null when the quota was already used
+ * up and nothing was written. Locks are taken in one order everywhere: the key's quota row,
+ * then the recipients' user rows (in address order), so sends never deadlock one another.
  */
-export async function deliverMessage (tx: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
-  const target = await resolveRecipients(tx, d.sender, d.recipient, true)
+export async function deliverMessage (db: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
+  return isGroupId(d.recipient) ? deliverToGroup(db, d) : deliverToUser(db, d)
+}
+
+const NOT_COUNTED = sql`NULL::int`
+
+/**
+ * A message to a user is one statement, atomic on its own or inside a transaction: one round
+ * trip. Each write feeds the next, which also orders them: the quota count (only if the user
+ * exists), the recipient's feed id (only if counted), the message (only if that), then its
+ * files, delivery row, event and NOTIFY (only if the message was written). So a refused send
+ * writes nothing, and the answer says which refusal it was.
+ */
+async function deliverToUser (db: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
+  const { recipient } = await resolveRecipients(db, d.sender, d.recipient, true)
+  const { message, files } = newMessage(d, recipient)
+  const exists = sql`EXISTS (SELECT 1 FROM users WHERE address = ${recipient})`
+  const parts: SQL[] = []
+  if (d.quota !== undefined) {
+    parts.push(sql`counted AS (
+      INSERT INTO quota_usage (key_id, day, count) SELECT ${d.quota.keyId}, ${d.quota.day}::date, 1 WHERE ${exists} AND ${d.quota.limit}::int > 0
+      ON CONFLICT (key_id, day) DO UPDATE SET count = quota_usage.count + 1 WHERE quota_usage.count < ${d.quota.limit}::int
+      RETURNING count)`)
+  }
+  parts.push(sql`feed AS (
+      UPDATE users SET event_seq = event_seq + 1 WHERE address = ${recipient}${d.quota === undefined ? sql`` : sql` AND EXISTS (SELECT 1 FROM counted)`}
+      RETURNING event_seq)`)
+  parts.push(sql`written AS (
+      INSERT INTO messages (id, sender, recipient, body, created_at)
+      SELECT ${message.id}, ${message.sender}, ${recipient}, ${message.body}, ${message.createdAt}::timestamptz FROM feed
+      RETURNING id)`)
+  if (files.length > 0) {
+    const rows = sql.join(files.map((f, i) => sql`(${i + 1}::int, ${f.filename}::text, ${f.contentType}::text, ${f.size}::int, ${f.sha256}::text, ${f.data}::bytea)`), sql`, `)
+    parts.push(sql`files AS (
+      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, data)
+      SELECT written.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.data
+      FROM written, (VALUES ${rows}) AS f(n, filename, content_type, size, sha256, data))`)
+  }
+  parts.push(sql`delivered AS (INSERT INTO deliveries (message_id, recipient) SELECT id, ${recipient} FROM written)`)
+  parts.push(sql`appended AS (
+      INSERT INTO events (address, seq, type, data, message_id)
+      SELECT ${recipient}, feed.event_seq, 'message.received', ${JSON.stringify({ message })}::jsonb, written.id FROM feed, written)`)
+  const used = d.quota === undefined ? NOT_COUNTED : sql`(SELECT count FROM counted)`
+  const [row] = await queryRows<{ found: boolean, used: number | null }>(db, sql`
+    WITH ${sql.join(parts, sql`, `)}
+    SELECT ${exists} AS found, ${used} AS used,
+      CASE WHEN EXISTS (SELECT 1 FROM written) THEN pg_notify(${EVENTS_CHANNEL}, ${recipient}) END AS notified`)
+  if (row?.found !== true) throw new NotFound('user', recipient)
+  return { message, used: d.quota === undefined ? 0 : row.used }
+}
+
+/**
+ * A message to a group, inside the caller's transaction: the quota count first, then the group
+ * held shared and its members read, their feed ids, and every write as one statement of CTEs.
+ */
+async function deliverToGroup (tx: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
+  let used: number | null = 0
+  if (d.quota !== undefined) {
+    used = await createQuotaRepository(tx).consume(d.quota.keyId, d.quota.day, d.quota.limit) ?? null
+  }
+  const target = await resolveRecipients(tx, d.sender, d.recipient)
+  const { message, files } = newMessage(d, target.recipient)
+  if (used === null) return { message, used }
   const feeds = createEventsRepository(tx)
   const first = await feeds.reserve(new Map(target.addresses.map((a) => [a, 1])))
-  if (!isGroupId(target.recipient) && !first.has(target.recipient)) throw new NotFound('user', target.recipient)
-  const { message, writes } = createMessagesRepository(tx).insertWrites({
-    id: newId('msg'), sender: d.sender, recipient: target.recipient, body: d.body, files: d.files, createdAt: new Date(), recipients: target.addresses
-  })
+  const { writes } = createMessagesRepository(tx).insertWrites({ ...message, files, createdAt: new Date(message.createdAt), recipients: target.addresses })
   // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
   const parts = writes.map((write, i) => sql`w${sql.raw(String(i))} AS ${write}`)
   let notify = sql`NULL`
@@ -79,14 +135,21 @@ export async function deliverMessage (tx: Db, d: Delivery): Promise<{ message: M
     parts.push(sql`appended AS ${appended.insert}`)
     notify = appended.notify
   }
-  let used = sql`NULL::int`
-  if (d.quota !== undefined) {
-    if (d.quota.limit <= 0) return { message, used: null }
-    parts.push(sql`counted AS ${createQuotaRepository(tx).consumeWrite(d.quota.keyId, d.quota.day, d.quota.limit)}`)
-    used = sql`(SELECT count FROM counted)`
+  await tx.execute(sql`WITH ${sql.join(parts, sql`, `)} SELECT ${notify}`)
+  return { message, used }
+}
+
+/** A new message's wire form (id and time given here), and its files. */
+function newMessage (d: Delivery, recipient: string): { message: Message, files: UploadedFile[] } {
+  const message: Message = {
+    id: newId('msg'),
+    sender: d.sender,
+    recipient,
+    body: d.body,
+    attachments: d.files.map((f, i) => ({ index: i + 1, filename: f.filename, contentType: f.contentType, size: f.size })),
+    createdAt: new Date().toISOString()
   }
-  const [row] = await queryRows<{ used: number | null }>(tx, sql`WITH ${sql.join(parts, sql`, `)} SELECT ${used} AS used, ${notify}`)
-  return { message, used: row?.used ?? null }
+  return { message, files: d.files }
 }
 
 export interface SendInput {
@@ -150,10 +213,17 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
   const earlier = await replay()
   if (earlier !== undefined) return earlier
 
+  const quota = { keyId: principal.keyId, day, limit: principal.dailyQuota }
+  const delivery: Delivery = { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files, quota }
+  // Without an Idempotency-Key, a message to a user is one atomic statement: no transaction.
+  if (input.idempotencyKey === undefined && !isGroupId(input.recipient)) {
+    const { message, used } = await deliverMessage(db, delivery)
+    if (used === null) throw new QuotaExceeded(quotaState(principal.dailyQuota))
+    return { message, quota: quotaState(used), replayed: false }
+  }
   try {
     return await db.transaction(async (tx) => {
-      const quota = { keyId: principal.keyId, day, limit: principal.dailyQuota }
-      const { message, used } = await deliverMessage(tx, { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files, quota })
+      const { message, used } = await deliverMessage(tx, delivery)
       if (used === null) throw new QuotaExceeded(quotaState(principal.dailyQuota))
       if (input.idempotencyKey !== undefined) {
         // An expired record may be replaced; a live one makes this send a duplicate. A racing
