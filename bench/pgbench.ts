@@ -5,33 +5,37 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 
 /**
- * The SQL of one 1:1 JSON send, statement for statement as the service runs it (src/modules/
- * messages/send-message.ts and the repositories it calls; check with log_statement = 'all'):
- * client i sends as sender<i> to receiver<i>, as the HTTP scenario's connection i does.
+ * The SQL of one 1:1 JSON send as the service runs it (deliverToUser in src/modules/messages/
+ * send-message.ts: one statement, no transaction; check with log_statement = 'all'): client i
+ * sends as sender<i> to receiver<i>, as the HTTP scenario's connection i does.
  * This is the physical limit the service is measured against: the same round trips and the
  * same writes, with no HTTP, JSON, validation or Node in between.
  */
 export const SEND_TRANSACTION = String.raw`
 \set mid random(1, 9223372036854775807)
-BEGIN;
-UPDATE users SET event_seq = event_seq + 1 WHERE address = 'receiver' || :client_id RETURNING event_seq AS seq \gset
-WITH message AS (
-  INSERT INTO messages (id, sender, recipient, body) VALUES ('msg_' || :mid, 'sender' || :client_id, 'receiver' || :client_id, 'hello from the benchmark')
-  RETURNING id, sender, recipient, body, created_at
-), delivered AS (
-  INSERT INTO deliveries (message_id, recipient) SELECT id, recipient FROM message
-), appended AS (
-  INSERT INTO events (address, seq, type, data, message_id)
-  SELECT recipient, :seq, 'message.received',
-    jsonb_build_object('message', jsonb_build_object('id', id, 'sender', sender, 'recipient', recipient, 'body', body, 'attachments', '[]'::jsonb, 'createdAt', created_at)), id
-  FROM message
-), counted AS (
-  INSERT INTO quota_usage (key_id, day, count) VALUES ('pgbench' || :client_id, current_date, 1)
+WITH counted AS (
+  INSERT INTO quota_usage (key_id, day, count) SELECT 'pgbench' || :client_id, current_date, 1
+  WHERE EXISTS (SELECT 1 FROM users WHERE address = 'receiver' || :client_id) AND 1000000000 > 0
   ON CONFLICT (key_id, day) DO UPDATE SET count = quota_usage.count + 1 WHERE quota_usage.count < 1000000000
   RETURNING count
+), feed AS (
+  UPDATE users SET event_seq = event_seq + 1 WHERE address = 'receiver' || :client_id AND EXISTS (SELECT 1 FROM counted)
+  RETURNING event_seq
+), written AS (
+  INSERT INTO messages (id, sender, recipient, body, created_at)
+  SELECT 'msg_' || :mid, 'sender' || :client_id, 'receiver' || :client_id, 'hello from the benchmark', now() FROM feed
+  RETURNING id
+), delivered AS (
+  INSERT INTO deliveries (message_id, recipient) SELECT id, 'receiver' || :client_id FROM written
+), appended AS (
+  INSERT INTO events (address, seq, type, data, message_id)
+  SELECT 'receiver' || :client_id, feed.event_seq, 'message.received',
+    ('{"message":{"id":"msg_' || :mid || '","sender":"sender' || :client_id || '","recipient":"receiver' || :client_id ||
+     '","body":"hello from the benchmark","attachments":[],"createdAt":"2026-11-22T04:00:00.000Z"}}')::jsonb, written.id
+  FROM feed, written
 )
-SELECT message.*, (SELECT count FROM counted) AS used, pg_notify('parley_events', 'receiver' || :client_id) FROM message;
-COMMIT;
+SELECT EXISTS (SELECT 1 FROM users WHERE address = 'receiver' || :client_id) AS found, (SELECT count FROM counted) AS used,
+  CASE WHEN EXISTS (SELECT 1 FROM written) THEN pg_notify('parley_events', 'receiver' || :client_id) END AS notified;
 `
 
 export interface PgbenchResult { clients: number, tps: number, latencyMs: number }
