@@ -16,6 +16,7 @@ export const ConfigSchema = Type.Object({
     pattern: '^postgres(ql)?://',
     description: 'a PostgreSQL connection URL (postgres://user:password@host:5432/db)'
   })),
+  DATABASE_POOL_SIZE: Int(1, 1000, 10, 'an integer from 1 to 1000'),
   DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'a directory path for the embedded database' }),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'a Redis URL (redis://host:6379)' })),
   LOG_LEVEL: Type.Union(
@@ -52,6 +53,8 @@ export interface Config {
   host: string
   port: number
   databaseUrl: string | undefined
+  /** PostgreSQL connections the server keeps (besides its one LISTEN connection). */
+  databasePoolSize: number
   dataDir: string
   redisUrl: string | undefined
   logLevel: Env['LOG_LEVEL']
@@ -106,6 +109,7 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
     host: e.HOST,
     port: e.PORT,
     databaseUrl: e.DATABASE_URL,
+    databasePoolSize: e.DATABASE_POOL_SIZE,
     dataDir: e.DATA_DIR,
     redisUrl: e.REDIS_URL,
     logLevel: e.LOG_LEVEL,

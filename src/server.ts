@@ -31,7 +31,7 @@ function publicBase (host: string, port: number): string {
  * `parley migrate`), makes sure the bot user exists, and listens.
  */
 export async function startService (config: Config, options: StartOptions = {}): Promise<RunningService> {
-  const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command: 'serve' })
+  const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command: 'serve', poolSize: config.databasePoolSize })
   let app: FastifyInstance | undefined
   try {
     const applied = await migrateDatabase(database)

@@ -6,6 +6,7 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     host: '127.0.0.1',
     port: 3000,
     databaseUrl: undefined,
+    databasePoolSize: 10,
     dataDir: './data',
     redisUrl: undefined,
     logLevel: 'info',

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { and, eq, gt, lte, sql, type SQL } from 'drizzle-orm'
-import { queryRows } from '../../db/rows.js'
+import { queryPrepared } from '../../db/rows.js'
 import type { Db } from '../../db/client.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId } from '../../ids.js'
@@ -102,7 +102,7 @@ async function deliverToUser (db: Db, d: Delivery): Promise<{ message: Message, 
       INSERT INTO events (address, seq, type, data, message_id)
       SELECT ${recipient}, feed.event_seq, 'message.received', ${JSON.stringify({ message })}::jsonb, written.id FROM feed, written)`)
   const used = d.quota === undefined ? NOT_COUNTED : sql`(SELECT count FROM counted)`
-  const [row] = await queryRows<{ found: boolean, used: number | null }>(db, sql`
+  const [row] = await queryPrepared<{ found: boolean, used: number | null }>(db, sql`
     WITH ${sql.join(parts, sql`, `)}
     SELECT ${exists} AS found, ${used} AS used,
       CASE WHEN EXISTS (SELECT 1 FROM written) THEN pg_notify(${EVENTS_CHANNEL}, ${recipient}) END AS notified`)
