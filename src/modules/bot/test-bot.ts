@@ -7,6 +7,7 @@ import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.js'
 import { deliverMessage } from '../messages/send-message.js'
+import { loggableError } from '../../plugins/errors.js'
 
 const BATCH = 20
 // A missed notification (a connection blip) delays a reply by at most this much.
@@ -54,7 +55,7 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
       try {
         while (running && await answerBatch() === BATCH) { /* drain */ }
       } catch (err) {
-        log.warn({ err }, 'test bot could not answer; retrying')
+        log.warn({ err: loggableError(err) }, 'test bot could not answer; retrying')
       }
       await subscription.wait(SAFETY_POLL_MS)
       subscription.cancel()

@@ -5,6 +5,7 @@ import { queryRows } from '../../db/rows.js'
 import { idempotencyKeys } from '../messages/idempotency.table.js'
 import { createQuotaRepository } from '../quota/quota.repository.js'
 import { createEventsRepository } from './events.repository.js'
+import { loggableError } from '../../plugins/errors.js'
 
 const EVERY_MS = 10 * 60 * 1000
 // "parley retention": one instance at a time does the sweep.
@@ -38,7 +39,7 @@ export function startRetention (db: Db, log: FastifyBaseLogger, everyMs = EVERY_
     // Slightly under the period, so timer drift never makes every instance skip one.
     purgeExpired(db, everyMs * 0.9).then(
       (result) => { if (result.ran) log.info({ purgedEvents: result.events }, 'retention sweep') },
-      (err: unknown) => log.warn({ err }, 'retention sweep failed; will retry')
+      (err: unknown) => log.warn({ err: loggableError(err) }, 'retention sweep failed; will retry')
     )
   }
   const first = setTimeout(sweep, 5_000)
