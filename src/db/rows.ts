@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto'
 import type { SQL } from 'drizzle-orm'
 import { PgDialect } from 'drizzle-orm/pg-core'
 import type { Db } from './client.js'
@@ -13,16 +12,22 @@ export async function queryRows<T> (db: Db, query: SQL): Promise<T[]> {
 }
 
 const dialect = new PgDialect()
+/** Statement names by SQL text: a handful of shapes, each named once for the process. */
+const statementNames = new Map<string, string>()
 
 /**
  * queryRows() as a named prepared statement, for the hottest statements: PostgreSQL parses and
  * plans it once per connection instead of on every call (for a send, about half of the
- * database's work). The name is a hash of the SQL text, so each distinct shape of a statement
- * gets its own and one name never means two texts.
+ * database's work). Each distinct SQL text gets its own name, so one name never means two
+ * texts; values travel as parameters, so the texts are a handful of shapes.
  */
 export async function queryPrepared<T> (db: Db, query: SQL): Promise<T[]> {
   const built = dialect.sqlToQuery(query)
-  const name = `parley_${createHash('sha1').update(built.sql).digest('hex').slice(0, 20)}`
+  let name = statementNames.get(built.sql)
+  if (name === undefined) {
+    name = `parley_${statementNames.size + 1}`
+    statementNames.set(built.sql, name)
+  }
   const result = await db._.session.prepareQuery(built, undefined, name, false).execute() as unknown as { rows: T[] }
   return result.rows
 }
