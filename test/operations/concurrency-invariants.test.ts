@@ -27,6 +27,19 @@ async function readFeed (app: FastifyInstance, caller: Caller): Promise<FeedEven
 
 const yieldTurn = () => new Promise((resolve) => setImmediate(resolve))
 
+/** Each writer sends `perWriter` messages to `reader`, alternating between the two instances. */
+function writeToReader (instances: [FastifyInstance, FastifyInstance], writers: Caller[], perWriter: number) {
+  let running = true
+  const done = Promise.all(writers.map(async (w, i) => {
+    for (let n = 0; n < perWriter; n++) {
+      const res = await instances[(n + i) % 2]!.inject({ method: 'POST', url: '/v2/message', headers: { authorization: w.authorization }, payload: { recipient: 'reader', body: `${w.address}:${n}` } })
+      if (res.statusCode !== 200) throw new Error(res.body)
+      await yieldTurn()
+    }
+  })).finally(() => { running = false })
+  return { done, running: () => running }
+}
+
 t.test('membership changes racing group sends never deliver to a non-member, nor miss a member', async (t) => {
   const { app, as, secondInstance } = await build(t, { env: FAST })
   const other = await secondInstance()
@@ -103,14 +116,7 @@ t.test('acknowledging while reading never loses an unacknowledged event', async 
   const perWriter = 20
   const expected = writers.length * perWriter
 
-  let writing = true
-  const writes = Promise.all(writers.map(async (w, i) => {
-    for (let n = 0; n < perWriter; n++) {
-      const res = await (n % 2 === i % 2 ? app : other).inject({ method: 'POST', url: '/v2/message', headers: { authorization: w.authorization }, payload: { recipient: 'reader', body: `${w.address}:${n}` } })
-      if (res.statusCode !== 200) throw new Error(res.body)
-      await yieldTurn()
-    }
-  })).finally(() => { writing = false })
+  const writes = writeToReader([app, other], writers, perWriter)
 
   // One reader follows `after = last` on one instance; acknowledgements of what it has read go
   // to the other instance without waiting: single ids, and now and then everything up to an id.
@@ -119,8 +125,8 @@ t.test('acknowledging while reading never loses an unacknowledged event', async 
   const acks: Promise<void>[] = []
   let last = '0'
   const deadline = Date.now() + 60_000
-  while ((writing || seen.length < expected) && Date.now() < deadline) {
-    const res = await app.inject({ method: 'GET', url: `/v2/events?after=${last}&limit=5&wait=${writing ? 0 : 1}`, headers: { authorization: reader.authorization } })
+  while ((writes.running() || seen.length < expected) && Date.now() < deadline) {
+    const res = await app.inject({ method: 'GET', url: `/v2/events?after=${last}&limit=5&wait=${writes.running() ? 0 : 1}`, headers: { authorization: reader.authorization } })
     const page = res.json() as { events: { id: string }[], last: string }
     last = page.last
     for (const e of page.events) seen.push(Number(e.id))
@@ -136,7 +142,7 @@ t.test('acknowledging while reading never loses an unacknowledged event', async 
     })())
     await yieldTurn()
   }
-  await writes
+  await writes.done
   await Promise.all(acks)
 
   t.same(seen, Array.from({ length: expected }, (_, i) => i + 1), 'the reader saw every event once, in order')
@@ -152,20 +158,13 @@ t.test('a consumer that reads from the start and acknowledges what it read gets 
   const reader = await as('reader')
   const writers = await Promise.all(['w1', 'w2', 'w3'].map((w) => as(w)))
   const perWriter = 20
-  let writing = true
-  const writes = Promise.all(writers.map(async (w, i) => {
-    for (let n = 0; n < perWriter; n++) {
-      const res = await (n % 2 === i % 2 ? app : other).inject({ method: 'POST', url: '/v2/message', headers: { authorization: w.authorization }, payload: { recipient: 'reader', body: `${w.address}:${n}` } })
-      if (res.statusCode !== 200) throw new Error(res.body)
-      await yieldTurn()
-    }
-  })).finally(() => { writing = false })
+  const writes = writeToReader([app, other], writers, perWriter)
 
   const bodies: string[] = []
   const deadline = Date.now() + 60_000
-  for (let turn = 0; (writing || bodies.length < writers.length * perWriter) && Date.now() < deadline; turn++) {
+  for (let turn = 0; (writes.running() || bodies.length < writers.length * perWriter) && Date.now() < deadline; turn++) {
     const instance = turn % 2 === 0 ? app : other
-    const res = await instance.inject({ method: 'GET', url: `/v2/events?limit=4&wait=${writing ? 0 : 1}`, headers: { authorization: reader.authorization } })
+    const res = await instance.inject({ method: 'GET', url: `/v2/events?limit=4&wait=${writes.running() ? 0 : 1}`, headers: { authorization: reader.authorization } })
     const page = res.json() as { events: { id: string, data: { message: { body: string } } }[] }
     bodies.push(...page.events.map((e) => e.data.message.body))
     if (page.events.length > 0) {
@@ -174,7 +173,7 @@ t.test('a consumer that reads from the start and acknowledges what it read gets 
     }
     await yieldTurn()
   }
-  await writes
+  await writes.done
   t.equal(bodies.length, writers.length * perWriter, 'every event')
   t.equal(new Set(bodies).size, bodies.length, 'none twice')
   t.same(await readFeed(app, reader), [], 'nothing left unacknowledged')
