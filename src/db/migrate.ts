@@ -1,10 +1,11 @@
 import { readFileSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { sql } from 'drizzle-orm'
 import type { Database, Db } from './client.js'
+import { ROOT } from '../paths.js'
 import { queryRows } from './rows.js'
 
-export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../migrations', import.meta.url))
+export const MIGRATIONS_FOLDER = join(ROOT, 'migrations')
 
 // Any constant both `parley migrate` and every server agree on; "parley" in ASCII.
 const MIGRATION_LOCK_KEY = 0x7061726c

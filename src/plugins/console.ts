@@ -3,9 +3,10 @@ import { join } from 'node:path'
 import helmet from '@fastify/helmet'
 import fastifyStatic from '@fastify/static'
 import type { FastifyInstance } from 'fastify'
+import { ROOT } from '../paths.js'
 
-/** Where `npm ci`, `npm start` and `npm test` build the console (web/build.mjs). */
-export const CONSOLE_DIR = join(import.meta.dirname, '..', '..', 'web', 'dist')
+/** Where `npm ci`, `npm start` and `npm test` build the console (scripts/build.mjs). */
+export const CONSOLE_DIR = join(ROOT, 'web', 'dist')
 
 /**
  * The web console at GET /: static files only (it talks to /v2 like any client), served with
@@ -14,7 +15,7 @@ export const CONSOLE_DIR = join(import.meta.dirname, '..', '..', 'web', 'dist')
  */
 export async function consolePlugin (app: FastifyInstance): Promise<void> {
   if (!existsSync(join(CONSOLE_DIR, 'index.html'))) {
-    app.log.warn('the web console is not built (run npm run build:console); GET / answers 404')
+    app.log.warn('the web console is not built (run npm run build); GET / answers 404')
     return
   }
   await app.register(helmet, {
