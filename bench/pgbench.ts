@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 
 /**
- * The SQL of one 1:1 JSON send as the service runs it (deliverToUser in src/modules/messages/
+ * The SQL of one 1:1 JSON send as the service runs it (deliverMessage in src/modules/messages/
  * send-message.ts: one statement, no transaction; check with log_statement = 'all'): client i
  * sends as sender<i> to receiver<i>, as the HTTP scenario's connection i does.
  * This is the physical limit the service is measured against: the same round trips and the
@@ -19,17 +19,18 @@ WITH counted AS (
   ON CONFLICT (key_id, day) DO UPDATE SET count = quota_usage.count + 1 WHERE quota_usage.count < 1000000000
   RETURNING count
 ), feed AS (
-  UPDATE users SET event_seq = event_seq + 1 WHERE address = 'receiver' || :client_id AND EXISTS (SELECT 1 FROM counted)
-  RETURNING event_seq
+  UPDATE users SET event_seq = event_seq + 1 WHERE address = ANY(ARRAY['receiver' || :client_id]) AND EXISTS (SELECT 1 FROM counted)
+  RETURNING address, event_seq
 ), written AS (
   INSERT INTO messages (id, sender, recipient, body, created_at)
-  SELECT 'msg_' || :mid, 'sender' || :client_id, 'receiver' || :client_id, 'hello from the benchmark', now() FROM feed
+  SELECT 'msg_' || :mid, 'sender' || :client_id, 'receiver' || :client_id, 'hello from the benchmark', now()
+  WHERE EXISTS (SELECT 1 FROM counted) AND EXISTS (SELECT 1 FROM feed)
   RETURNING id
 ), delivered AS (
-  INSERT INTO deliveries (message_id, recipient) SELECT id, 'receiver' || :client_id FROM written
+  INSERT INTO deliveries (message_id, recipient) SELECT written.id, feed.address FROM written, feed
 ), appended AS (
   INSERT INTO events (address, seq, type, data, message_id)
-  SELECT 'receiver' || :client_id, feed.event_seq, 'message.received',
+  SELECT feed.address, feed.event_seq, 'message.received',
     ('{"message":{"id":"msg_' || :mid || '","sender":"sender' || :client_id || '","recipient":"receiver' || :client_id ||
      '","body":"hello from the benchmark","attachments":[],"createdAt":"2026-11-22T04:00:00.000Z"}}')::jsonb, written.id
   FROM feed, written

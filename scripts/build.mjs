@@ -8,17 +8,15 @@ import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
+const common = { bundle: true, format: 'esm', sourcemap: 'linked', logLevel: 'warning' }
 
 await build({
   entryPoints: [join(root, 'src', 'cli.ts')],
   outfile: join(root, 'dist', 'parley.mjs'),
-  bundle: true,
   platform: 'node',
-  format: 'esm',
   target: 'node20',
   packages: 'external',
-  sourcemap: 'linked',
-  logLevel: 'warning'
+  ...common
 })
 
 const web = join(root, 'web')
@@ -26,11 +24,8 @@ mkdirSync(join(web, 'dist'), { recursive: true })
 await build({
   entryPoints: [join(web, 'src', 'main.ts')],
   outfile: join(web, 'dist', 'console.js'),
-  bundle: true,
-  format: 'esm',
   target: 'es2022',
   minify: true,
-  sourcemap: 'linked',
-  logLevel: 'warning'
+  ...common
 })
 for (const file of ['index.html', 'console.css']) copyFileSync(join(web, file), join(web, 'dist', file))

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL, type SQLWrapper } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { events, type EventRow } from './events.table.js'
@@ -39,6 +39,20 @@ const visible = (address: string) => and(
   or(isNull(events.expiresAt), gt(events.expiresAt, sql`now()`))
 )
 
+/**
+ * The NOTIFY calls that tell listeners these feeds grew, to select in the statement that grows
+ * them (PostgreSQL delivers a NOTIFY only on commit, so listeners hear once the events are
+ * visible): addresses sorted, ADDRESSES_PER_NOTIFY to a call.
+ */
+export function notifyCalls (addresses: string[]): SQL[] {
+  const sorted = [...new Set(addresses)].sort()
+  const calls: SQL[] = []
+  for (let i = 0; i < sorted.length; i += ADDRESSES_PER_NOTIFY) {
+    calls.push(sql`pg_notify(${EVENTS_CHANNEL}, ${sorted.slice(i, i + ADDRESSES_PER_NOTIFY).join(',')})`)
+  }
+  return calls
+}
+
 export function createEventsRepository (db: Db) {
   return {
     /**
@@ -65,34 +79,20 @@ export function createEventsRepository (db: Db) {
       return new Map(bumped.map((r) => [r.address, Number(r.last) - counts.get(r.address)! + 1]))
     },
 
-    /**
-     * The writes that append events numbered from reserve()'s ids, as CTE parts for the
-     * caller's statement: the INSERT, and the NOTIFY calls to select (PostgreSQL delivers a
-     * NOTIFY only on commit, so listeners hear of the events once they are visible).
-     */
-    appendWrites (newEvents: NewEvent[], first: Map<string, number>): { insert: SQLWrapper, notify: SQL } {
-      const next = new Map(first)
+    /** Appends events to feeds inside the caller's transaction: their ids, then one statement. */
+    async append (newEvents: NewEvent[]): Promise<void> {
+      if (newEvents.length === 0) return
+      const counts = new Map<string, number>()
+      for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
+      const next = await this.reserve(counts)
       const rows = newEvents.map((e) => {
         const seq = next.get(e.address)
         if (seq === undefined) throw new Error(`no feed for ${e.address}`)
         next.set(e.address, seq + 1)
         return { address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }
       })
-      const addresses = [...new Set(newEvents.map((e) => e.address))].sort()
-      const notifies: SQL[] = []
-      for (let i = 0; i < addresses.length; i += ADDRESSES_PER_NOTIFY) {
-        notifies.push(sql`pg_notify(${EVENTS_CHANNEL}, ${addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(',')})`)
-      }
-      return { insert: db.insert(events).values(rows), notify: sql.join(notifies, sql`, `) }
-    },
-
-    /** Appends events to feeds inside the caller's transaction: two statements. */
-    async append (newEvents: NewEvent[]): Promise<void> {
-      if (newEvents.length === 0) return
-      const counts = new Map<string, number>()
-      for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
-      const { insert, notify } = this.appendWrites(newEvents, await this.reserve(counts))
-      await db.execute(sql`WITH appended AS ${insert} SELECT ${notify}`)
+      // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
+      await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...counts.keys()]), sql`, `)}`)
     },
 
     /** Unacknowledged, unlapsed events of one feed with id > after, oldest first. */

@@ -1,6 +1,5 @@
-import { and, asc, eq, inArray, sql, type SQLWrapper } from 'drizzle-orm'
+import { and, asc, eq, inArray, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import type { UploadedFile } from '../../plugins/uploads.js'
 import type { Message } from './messages.schemas.js'
 import { attachments, deliveries, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
 
@@ -8,7 +7,7 @@ const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 
 type AttachmentMeta = Message['attachments'][number]
 
-export function toMessage (row: Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'body' | 'createdAt'>, files: AttachmentMeta[]): Message {
+export function toMessage (row: MessageRow, files: AttachmentMeta[]): Message {
   return {
     id: row.id,
     sender: row.sender,
@@ -17,17 +16,6 @@ export function toMessage (row: Pick<MessageRow, 'id' | 'sender' | 'recipient' |
     attachments: files,
     createdAt: row.createdAt.toISOString()
   }
-}
-
-export interface NewMessage {
-  id: string
-  sender: string
-  recipient: string
-  body: string
-  files: UploadedFile[]
-  createdAt: Date
-  /** Addresses that receive it, each with a delivery row. */
-  recipients: string[]
 }
 
 export function createMessagesRepository (db: Db) {
@@ -40,23 +28,6 @@ export function createMessagesRepository (db: Db) {
   }
 
   return {
-    /**
-     * The writes of a new message, its files and a delivery row per recipient, as statements
-     * for the caller to run (together, as parts of one statement: see deliverMessage), and the
-     * message's wire form.
-     */
-    insertWrites (m: NewMessage): { message: Message, writes: SQLWrapper[] } {
-      const files = m.files.map((f, i) => ({
-        messageId: m.id, n: i + 1, filename: f.filename, contentType: f.contentType, size: f.size, sha256: f.sha256, data: f.data
-      }))
-      const writes: SQLWrapper[] = [db.insert(messages).values({ id: m.id, sender: m.sender, recipient: m.recipient, body: m.body, createdAt: m.createdAt })]
-      if (files.length > 0) writes.push(db.insert(attachments).values(files))
-      if (m.recipients.length > 0) writes.push(db.insert(deliveries).values(m.recipients.map((recipient) => ({ messageId: m.id, recipient }))))
-      const message = toMessage(m,
-        files.map((f) => ({ index: f.n, filename: f.filename, contentType: f.contentType, size: f.size })))
-      return { message, writes }
-    },
-
     async find (id: string): Promise<MessageRow | undefined> {
       const [row] = await db.select().from(messages).where(eq(messages.id, id))
       return row

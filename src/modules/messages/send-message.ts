@@ -5,7 +5,7 @@ import type { Db } from '../../db/client.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId } from '../../ids.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
-import { createEventsRepository, EVENTS_CHANNEL } from '../events/events.repository.js'
+import { notifyCalls } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { memberGroup } from '../groups/groups.service.js'
 import type { Principal } from '../keys/authenticator.js'
@@ -53,42 +53,45 @@ export interface Delivery {
 }
 
 /**
- * Writes a message with everything that belongs to it: the message and its files, a delivery
- * row per recipient, a message.received event in each recipient's feed, and the quota count.
- * Answers the message and the key's new count, which is null when the quota was already used
- * up and nothing was written. Locks are taken in one order everywhere: the key's quota row,
- * then the recipients' user rows (in address order), so sends never deadlock one another.
+ * Writes a message with everything that belongs to it, in one statement: atomic on its own or
+ * inside the caller's transaction (a group send needs one, for the group's shared lock taken
+ * by resolveRecipients). Each write feeds the next, which also orders them: the quota count
+ * (for a user, only if the user exists), the recipients' feed ids (only if counted; several
+ * rows locked in address order), the message (only if counted, and for a user only if its
+ * feed was found), then its files, a delivery row and a message.received event per recipient,
+ * and the NOTIFY. So a refused send writes nothing, and the answer says which refusal it was.
+ * The quota upsert's row lock serialises a key's concurrent sends on every instance and its
+ * WHERE refuses the one past the limit: N racing sends against R remaining give min(N, R).
+ * Locks are taken in one order everywhere: the key's quota row, then user rows in address
+ * order, so sends never deadlock one another. Answers the message and the key's new count,
+ * null when the quota was already used up.
  */
 export async function deliverMessage (db: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
-  return isGroupId(d.recipient) ? deliverToGroup(db, d) : deliverToUser(db, d)
-}
-
-const NOT_COUNTED = sql`NULL::int`
-
-/**
- * A message to a user is one statement, atomic on its own or inside a transaction: one round
- * trip. Each write feeds the next, which also orders them: the quota count (only if the user
- * exists), the recipient's feed id (only if counted), the message (only if that), then its
- * files, delivery row, event and NOTIFY (only if the message was written). So a refused send
- * writes nothing, and the answer says which refusal it was.
- */
-async function deliverToUser (db: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
-  const { recipient } = await resolveRecipients(db, d.sender, d.recipient, true)
-  const { message, files } = newMessage(d, recipient)
-  const exists = sql`EXISTS (SELECT 1 FROM users WHERE address = ${recipient})`
+  const target = await resolveRecipients(db, d.sender, d.recipient, true)
+  const toUser = !isGroupId(target.recipient)
+  const { message, files } = newMessage(d, target.recipient)
+  const exists = toUser ? sql`EXISTS (SELECT 1 FROM users WHERE address = ${target.recipient})` : sql`TRUE`
   const parts: SQL[] = []
+  let counted = sql`TRUE`
   if (d.quota !== undefined) {
     parts.push(sql`counted AS (
       INSERT INTO quota_usage (key_id, day, count) SELECT ${d.quota.keyId}, ${d.quota.day}::date, 1 WHERE ${exists} AND ${d.quota.limit}::int > 0
       ON CONFLICT (key_id, day) DO UPDATE SET count = quota_usage.count + 1 WHERE quota_usage.count < ${d.quota.limit}::int
       RETURNING count)`)
+    counted = sql`EXISTS (SELECT 1 FROM counted)`
   }
+  // One parameter holding the array (a bare JS array would become a list of parameters).
+  const addressList = sql.param(target.addresses)
+  const ordered = target.addresses.length > 1
+    ? sql` AND address IN (SELECT address FROM users WHERE address = ANY(${addressList}::text[]) ORDER BY address FOR NO KEY UPDATE)`
+    : sql``
   parts.push(sql`feed AS (
-      UPDATE users SET event_seq = event_seq + 1 WHERE address = ${recipient}${d.quota === undefined ? sql`` : sql` AND EXISTS (SELECT 1 FROM counted)`}
-      RETURNING event_seq)`)
+      UPDATE users SET event_seq = event_seq + 1 WHERE address = ANY(${addressList}::text[])${ordered} AND ${counted}
+      RETURNING address, event_seq)`)
   parts.push(sql`written AS (
       INSERT INTO messages (id, sender, recipient, body, created_at)
-      SELECT ${message.id}, ${message.sender}, ${recipient}, ${message.body}, ${message.createdAt}::timestamptz FROM feed
+      SELECT ${message.id}, ${message.sender}, ${target.recipient}, ${message.body}, ${message.createdAt}::timestamptz
+      WHERE ${counted}${toUser ? sql` AND EXISTS (SELECT 1 FROM feed)` : sql``}
       RETURNING id)`)
   if (files.length > 0) {
     const rows = sql.join(files.map((f, i) => sql`(${i + 1}::int, ${f.filename}::text, ${f.contentType}::text, ${f.size}::int, ${f.sha256}::text, ${f.data}::bytea)`), sql`, `)
@@ -97,46 +100,16 @@ async function deliverToUser (db: Db, d: Delivery): Promise<{ message: Message, 
       SELECT written.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.data
       FROM written, (VALUES ${rows}) AS f(n, filename, content_type, size, sha256, data))`)
   }
-  parts.push(sql`delivered AS (INSERT INTO deliveries (message_id, recipient) SELECT id, ${recipient} FROM written)`)
+  parts.push(sql`delivered AS (INSERT INTO deliveries (message_id, recipient) SELECT written.id, feed.address FROM written, feed)`)
   parts.push(sql`appended AS (
       INSERT INTO events (address, seq, type, data, message_id)
-      SELECT ${recipient}, feed.event_seq, 'message.received', ${JSON.stringify({ message })}::jsonb, written.id FROM feed, written)`)
-  const used = d.quota === undefined ? NOT_COUNTED : sql`(SELECT count FROM counted)`
+      SELECT feed.address, feed.event_seq, 'message.received', ${JSON.stringify({ message })}::jsonb, written.id FROM feed, written)`)
+  const notified = notifyCalls(target.addresses).map((call) => sql`CASE WHEN EXISTS (SELECT 1 FROM written) THEN ${call} END`)
   const [row] = await queryPrepared<{ found: boolean, used: number | null }>(db, sql`
     WITH ${sql.join(parts, sql`, `)}
-    SELECT ${exists} AS found, ${used} AS used,
-      CASE WHEN EXISTS (SELECT 1 FROM written) THEN pg_notify(${EVENTS_CHANNEL}, ${recipient}) END AS notified`)
-  if (row?.found !== true) throw new NotFound('user', recipient)
+    SELECT ${exists} AS found, ${d.quota === undefined ? sql`NULL::int` : sql`(SELECT count FROM counted)`} AS used${sql.join(notified.map((n) => sql`, ${n}`))}`)
+  if (row?.found !== true) throw new NotFound('user', target.recipient)
   return { message, used: d.quota === undefined ? 0 : row.used }
-}
-
-/**
- * A message to a group, inside the caller's transaction: the quota count first, then the group
- * held shared and its members read, their feed ids, and every write as one statement of CTEs.
- */
-async function deliverToGroup (tx: Db, d: Delivery): Promise<{ message: Message, used: number | null }> {
-  let used: number | null = 0
-  if (d.quota !== undefined) {
-    used = await createQuotaRepository(tx).consume(d.quota.keyId, d.quota.day, d.quota.limit) ?? null
-  }
-  const target = await resolveRecipients(tx, d.sender, d.recipient)
-  const { message, files } = newMessage(d, target.recipient)
-  if (used === null) return { message, used }
-  const feeds = createEventsRepository(tx)
-  const first = await feeds.reserve(new Map(target.addresses.map((a) => [a, 1])))
-  const { writes } = createMessagesRepository(tx).insertWrites({ ...message, files, createdAt: new Date(message.createdAt), recipients: target.addresses })
-  // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
-  const parts = writes.map((write, i) => sql`w${sql.raw(String(i))} AS ${write}`)
-  let notify = sql`NULL`
-  if (target.addresses.length > 0) {
-    const appended = feeds.appendWrites(target.addresses.map((address) => ({
-      address, type: 'message.received', data: { message }, messageId: message.id
-    })), first)
-    parts.push(sql`appended AS ${appended.insert}`)
-    notify = appended.notify
-  }
-  await tx.execute(sql`WITH ${sql.join(parts, sql`, `)} SELECT ${notify}`)
-  return { message, used }
 }
 
 /** A new message's wire form (id and time given here), and its files. */

@@ -34,30 +34,6 @@ export class QuotaExceeded extends AppError {
 
 export function createQuotaRepository (db: Db) {
   return {
-    /**
-     * Counts one send against a key's day, inside the send's transaction: an upsert that
-     * answers the new count, or no row when the quota is used up. Its row lock serialises
-     * concurrent sends of one key across every instance, and the WHERE refuses the one past the
-     * limit: N racing sends against R remaining give min(N, R). A write for the caller's
-     * statement (see deliverMessage), or run alone by consume().
-     */
-    consumeWrite (keyId: string, day: string, limit: number) {
-      return db.insert(quotaUsage).values({ keyId, day, count: 1 })
-        .onConflictDoUpdate({
-          target: [quotaUsage.keyId, quotaUsage.day],
-          set: { count: sql`${quotaUsage.count} + 1` },
-          setWhere: lt(quotaUsage.count, limit)
-        })
-        .returning({ count: quotaUsage.count })
-    },
-
-    /** consumeWrite() on its own: the new count, or undefined when the quota is used up. */
-    async consume (keyId: string, day: string, limit: number): Promise<number | undefined> {
-      if (limit <= 0) return undefined
-      const [row] = await this.consumeWrite(keyId, day, limit)
-      return row?.count
-    },
-
     async used (keyId: string, day: string): Promise<number> {
       const [row] = await db.select({ count: quotaUsage.count }).from(quotaUsage)
         .where(and(eq(quotaUsage.keyId, keyId), eq(quotaUsage.day, day)))
