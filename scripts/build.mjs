@@ -2,12 +2,22 @@
 // to node_modules), and the web console (web/dist: one bundled script, the page, the styles).
 // Run by `npm ci` (prepare), `npm start` and `npm test`; esbuild takes well under a second.
 // bin/parley.js runs the bundle when it is newer than every source file, else the sources.
-import { copyFileSync, mkdirSync } from 'node:fs'
+// esbuild is a development dependency: a built tree installed with `npm ci --omit=dev` (a
+// production image) has the bundles already and nothing to build them with, so this is a no-op.
+import { copyFileSync, existsSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { build } from 'esbuild'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
+const built = ['dist/parley.mjs', 'web/dist/console.js'].every((file) => existsSync(join(root, file)))
+const build = await import('esbuild').then((esbuild) => esbuild.build, (err) => {
+  if (built && err.code === 'ERR_MODULE_NOT_FOUND') return undefined
+  throw err
+})
+if (build === undefined) {
+  console.log('esbuild is not installed (npm ci --omit=dev): using the bundles already built')
+  process.exit(0)
+}
 const common = { bundle: true, format: 'esm', sourcemap: 'linked', logLevel: 'warning' }
 
 await build({

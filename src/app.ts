@@ -10,9 +10,13 @@ import type { Database } from './db/client.js'
 import { buildValidator } from './validation.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createTestBot } from './modules/bot/test-bot.js'
+import { adminRoutes } from './modules/admin/admin.routes.js'
+import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
 import { createEventBus } from './modules/events/event-bus.js'
+import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
 import { startRetention } from './modules/events/retention.js'
+import { CHUNK_BYTES, createAttachmentStore } from './modules/messages/attachment-store.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
@@ -24,9 +28,11 @@ import { usersRoutes } from './modules/users/users.routes.js'
 import { authPlugin } from './plugins/auth.js'
 import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
 import { AppError, ValidationFailed } from './errors.js'
-import { errorsPlugin, sendError } from './plugins/errors.js'
+import { errorsPlugin, loggableError, sendError } from './plugins/errors.js'
 import { consolePlugin } from './plugins/console.js'
+import { closeQuietConnectionsOnShutdown } from './plugins/quiet-connections.js'
 import { rateLimitPlugin } from './plugins/rate-limit.js'
+import { polishOpenApi } from './openapi.js'
 import { ErrorSchema } from './schemas.js'
 
 export interface AppOptions {
@@ -112,7 +118,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     ]
   })
 
-  const authenticator = createAuthenticator(database.db, config.dailyMessageQuota)
+  const authenticator = createAuthenticator(database.db, config.dailyMessageQuota, Date.now,
+    (err) => app.log.warn({ err: loggableError(err) }, 'could not record when a key was last used'))
   app.decorate('authenticator', authenticator)
 
   const redis = config.redisUrl !== undefined
@@ -144,6 +151,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   app.addHook('onSend', async (_req, reply) => {
     if (closing) reply.header('connection', 'close')
   })
+  closeQuietConnectionsOnShutdown(app)
   app.addHook('preClose', async () => {
     closing = true
     stopRetention?.()
@@ -163,7 +171,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
       components: { securitySchemes: { basicAuth: { type: 'http', scheme: 'basic' } } },
       security: [{ basicAuth: [] }]
     },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => typeof json.$id === 'string' ? json.$id : `def-${i}` }
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => typeof json.$id === 'string' ? json.$id : `def-${i}` },
+    transformObject: (documents) => polishOpenApi('openapiObject' in documents ? documents.openapiObject : documents.swaggerObject) as never
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
   await app.register(errorsPlugin, {
@@ -174,9 +183,11 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(bodyParsersPlugin, {
     maxAttachments: config.maxAttachments,
     maxAttachmentBytes: config.maxAttachmentBytes,
-    maxBodyChars: config.maxBodyChars
+    maxBodyChars: config.maxBodyChars,
+    uploads: createAttachmentStore(database.db),
+    chunkBytes: CHUNK_BYTES
   })
-  await app.register(healthRoutes, { database, metrics })
+  await app.register(healthRoutes, { database, metrics, serveMetrics: config.metricsPort === undefined })
   // Encapsulated: helmet's headers and CSP apply to the console's files only.
   await app.register(consolePlugin)
 
@@ -189,11 +200,18 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars, metrics })
-    await v2.register(eventsRoutes, { db: database.db, bus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey })
-    await v2.register(groupsRoutes, { db: database.db })
+    // Long-polls and event streams count against one per-key cap.
+    const waitingByKey = new Map<string, number>()
+    await v2.register(eventsRoutes, { db: database.db, bus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
+    await v2.register(eventStreamRoutes, {
+      db: database.db, bus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
+    })
+    await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
     await v2.register(searchRoutes, { db: database.db })
+    await v2.register(conversationsRoutes, { db: database.db })
+    await v2.register(adminRoutes, { db: database.db, authenticator })
   }, { prefix: '/v2' })
 
   return app

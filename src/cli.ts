@@ -1,29 +1,50 @@
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { loadConfig, type Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { isAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
-import { toUser } from './modules/users/users.schemas.js'
+import { isScope, SCOPES } from './modules/keys/scopes.js'
+import { toAdminUser, toUser } from './modules/users/users.schemas.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
+
+/** Each command: how it is called, what it does, and the options it takes besides --json/--help. */
+const COMMANDS: Record<string, { usage: string, does: string, options: string[] }> = {
+  migrate: { usage: 'migrate', does: 'apply pending database migrations', options: [] },
+  serve: { usage: 'serve', does: 'start the service', options: [] },
+  'user create': { usage: 'user create <address> [--name NAME]', does: 'create a user', options: ['name'] },
+  'user list': { usage: 'user list', does: 'list users', options: [] },
+  'user deactivate': { usage: 'user deactivate <address>', does: 'stop a user\'s keys (401) and deliveries to it', options: [] },
+  'user reactivate': { usage: 'user reactivate <address>', does: 'undo user deactivate', options: [] },
+  'key create': {
+    usage: 'key create <address> [--daily-quota N] [--scope S]…',
+    does: 'create an API key (scopes read, send, admin; default read and send); prints its secret once',
+    options: ['daily-quota', 'scope']
+  },
+  'key list': { usage: 'key list [<address>]', does: 'list keys (never secrets)', options: [] },
+  'key revoke': { usage: 'key revoke <keyId>', does: 'revoke a key (refused everywhere within 5 s)', options: [] },
+  'key quota': { usage: 'key quota <keyId> <N>', does: 'set a key\'s daily message quota', options: [] }
+}
 
 const USAGE = `Usage: parley <command> [options]
 
 Commands:
-  migrate                                   apply pending database migrations
-  serve                                     start the service
-  user create <address> [--name NAME]       create a user
-  user list                                 list users
-  key create <address> [--daily-quota N]    create an API key; prints its secret once
-  key list [<address>]                      list keys (never secrets)
-  key revoke <keyId>                        revoke a key (refused everywhere within 5 s)
-  key quota <keyId> <N>                     set a key's daily message quota
+${Object.values(COMMANDS).map((c) => `  ${c.usage.padEnd(42)}${c.does}`).join('\n')}
 
 Options:
   --json      print JSON instead of text
-  --help      show this help
+  --help      show this help (or a command's: parley <command> --help)
+  --version   print the version
 
 Reads the same environment as the server: DATABASE_URL, or the embedded database in DATA_DIR.`
+
+/** The package's version: package.json sits one level above both src/ and dist/. */
+function version (): string {
+  const file = fileURLToPath(new URL('../package.json', import.meta.url))
+  return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version
+}
 
 /** A mistake in how the command was called: exit 2, like most Unix tools. */
 class UsageError extends Error {}
@@ -95,6 +116,7 @@ function keyRow (key: ApiKey): string[] {
     key.id,
     key.address,
     key.dailyQuota === null ? 'default' : String(key.dailyQuota),
+    key.scopes.join(','),
     key.createdAt.toISOString(),
     key.revokedAt === null ? 'active' : `revoked ${key.revokedAt.toISOString()}`
   ]
@@ -105,8 +127,11 @@ function keyJson (key: ApiKey) {
     keyId: key.id,
     address: key.address,
     dailyQuota: key.dailyQuota,
+    scopes: key.scopes,
     createdAt: key.createdAt.toISOString(),
-    revokedAt: key.revokedAt?.toISOString() ?? null
+    revokedAt: key.revokedAt?.toISOString() ?? null,
+    expiresAt: key.expiresAt?.toISOString() ?? null,
+    lastUsedAt: key.lastUsedAt?.toISOString() ?? null
   }
 }
 
@@ -137,19 +162,44 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     options: {
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
+      version: { type: 'boolean', short: 'v', default: false },
       name: { type: 'string' },
-      'daily-quota': { type: 'string' }
+      'daily-quota': { type: 'string' },
+      scope: { type: 'string', multiple: true }
     }
   })
   const out: Output = { json: values.json, io }
   const [command, sub, ...rest] = positionals
-  if (values.help || command === undefined || command === 'help') {
+  if (values.version) {
+    print(out, { version: version() }, `parley ${version()}`)
+    return
+  }
+  if (command === undefined || command === 'help') {
     io.stdout(`${USAGE}\n`)
     return
   }
+  const name = command === 'serve' || command === 'migrate' ? command : `${command} ${sub ?? ''}`.trim()
+  const spec = COMMANDS[name]
+  if (spec === undefined) {
+    if (values.help) {
+      io.stdout(`${USAGE}\n`)
+      return
+    }
+    throw new UsageError(`unknown command "${positionals.join(' ')}"; see \`parley --help\``)
+  }
+  if (values.help) {
+    io.stdout(`Usage: parley ${spec.usage}\n\n${spec.does[0]!.toUpperCase()}${spec.does.slice(1)}.\n`)
+    return
+  }
+  // An option another command takes is a mistake here, not something to ignore silently.
+  const stray = (['name', 'daily-quota', 'scope'] as const).find((option) => values[option] !== undefined && !spec.options.includes(option))
+  if (stray !== undefined) throw new UsageError(`parley ${name} takes no --${stray}; usage: parley ${spec.usage}`)
+  if ((name === 'serve' || name === 'migrate') && sub !== undefined) {
+    throw new UsageError(`parley ${name} takes no arguments; usage: parley ${spec.usage}`)
+  }
 
   const config = loadConfig(io.env)
-  switch (`${command} ${sub ?? ''}`.trim()) {
+  switch (name) {
     case 'serve':
       return serve(config)
 
@@ -183,17 +233,35 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       return
     }
 
+    case 'user deactivate':
+    case 'user reactivate': {
+      const address = parseAddress(rest[0])
+      const deactivated = sub === 'deactivate'
+      const row = await withDatabase(config, name, async ({ db }) => createUsersRepository(db).update(address, { deactivated }))
+      if (row === undefined) throw new Error(`user ${address} not found`)
+      print(out, toAdminUser(row), deactivated
+        ? `Deactivated ${address}: its keys are refused everywhere within 5 seconds and it receives nothing.`
+        : `Reactivated ${address}.`)
+      return
+    }
+
     case 'key create': {
       const address = parseAddress(rest[0])
       const quota = values['daily-quota'] === undefined ? null : parseCount(values['daily-quota'], '--daily-quota')
-      const key = await withDatabase(config, 'key create', async ({ db }) => {
+      const scopes = values.scope?.map((scope) => {
+        if (!isScope(scope)) throw new UsageError(`--scope must be one of ${SCOPES.join(', ')}, got ${JSON.stringify(scope)}`)
+        return scope
+      })
+      const created = await withDatabase(config, 'key create', async ({ db }) => {
         if (await createUsersRepository(db).find(address) === undefined) {
           throw new Error(`user ${address} does not exist; create it first with \`parley user create ${address}\``)
         }
-        return createKeysRepository(db).create(address, quota)
+        return createKeysRepository(db).create(address, quota, scopes === undefined ? {} : { scopes })
       })
+      // --json keeps API.md §7's shape: {"keyId", "secret"}.
+      const key = { keyId: created.keyId, secret: created.secret }
       print(out, key, [
-        `Created a key for ${address}. The secret is shown only this once:`,
+        `Created a key for ${address} (scopes: ${created.key.scopes.join(', ')}). The secret is shown only this once:`,
         `  key id:  ${key.keyId}`,
         `  secret:  ${key.secret}`
       ].join('\n'))
@@ -205,7 +273,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       const keys = await withDatabase(config, 'key list', async ({ db }) => createKeysRepository(db).list(address))
       print(out, keys.map(keyJson), keys.length === 0
         ? 'No keys.'
-        : table([['KEY ID', 'ADDRESS', 'DAILY QUOTA', 'CREATED', 'STATUS'], ...keys.map(keyRow)]))
+        : table([['KEY ID', 'ADDRESS', 'DAILY QUOTA', 'SCOPES', 'CREATED', 'STATUS'], ...keys.map(keyRow)]))
       return
     }
 

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Value } from 'typebox/value'
 import { ADDRESS_PATTERN } from './ids.js'
@@ -17,7 +18,10 @@ export const ConfigSchema = Type.Object({
     description: 'a PostgreSQL connection URL (postgres://user:password@host:5432/db)'
   })),
   DATABASE_POOL_SIZE: Int(1, 1000, 10, 'an integer from 1 to 1000'),
+  // How often the LISTEN connection is checked with SELECT 1 (and how long it may take).
+  LISTEN_HEARTBEAT_MS: Int(100, 3_600_000, 15_000, 'an integer number of milliseconds from 100 to 3600000'),
   DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'a directory path for the embedded database' }),
+  METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'an integer from 0 to 65535' })),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'a Redis URL (redis://host:6379)' })),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
@@ -34,7 +38,9 @@ export const ConfigSchema = Type.Object({
   MAX_ATTACHMENTS: Int(0, 100, 10, 'an integer from 0 to 100'),
   MAX_ATTACHMENT_BYTES: Int(1, 1024 * 1024 * 1024, 25 * 1024 * 1024, 'an integer number of bytes from 1 to 1073741824'),
   MAX_LONG_POLLS_PER_KEY: Int(1, 10_000, 10, 'an integer from 1 to 10000'),
+  EVENT_STREAM_HEARTBEAT_SECONDS: Int(1, 15, 15, 'an integer number of seconds from 1 to 15'),
   REQUEST_TIMEOUT_SECONDS: Int(1, 3600, 60, 'an integer number of seconds from 1 to 3600'),
+  MAX_GROUP_MEMBERS: Int(1, 100_000, 1_000, 'an integer from 1 to 100000'),
   TEST_BOT_ADDRESS: Type.String({
     pattern: ADDRESS_PATTERN,
     default: 'testbot',
@@ -52,9 +58,13 @@ export type TrustProxy = boolean | number | string[]
 export interface Config {
   host: string
   port: number
+  /** Serve GET /metrics on this port (on HOST) instead of the API's; undefined: on the API's. */
+  metricsPort: number | undefined
   databaseUrl: string | undefined
   /** PostgreSQL connections the server keeps (besides its one LISTEN connection). */
   databasePoolSize: number
+  /** How often the LISTEN connection must answer SELECT 1 (and within how long) to be kept. */
+  listenHeartbeatMs: number
   dataDir: string
   redisUrl: string | undefined
   logLevel: Env['LOG_LEVEL']
@@ -65,8 +75,12 @@ export interface Config {
   maxAttachments: number
   maxAttachmentBytes: number
   maxLongPollsPerKey: number
+  /** Seconds between comment lines on an idle GET /v2/events/stream (at most 15, API.md §9). */
+  eventStreamHeartbeatSeconds: number
   /** Seconds a client has to send a whole request (its headers: at most 10 of them). */
   requestTimeoutSeconds: number
+  /** Members a group may have, its owner included: bounds the fan-out of one send. */
+  maxGroupMembers: number
   testBotAddress: string
 }
 
@@ -82,13 +96,37 @@ function parseTrustProxy (value: string): TrustProxy {
 }
 
 /**
+ * Secrets may come from files (Docker and Kubernetes secrets): `DATABASE_URL_FILE=/run/secrets/db`
+ * stands for DATABASE_URL with the file's contents, less a trailing newline. Giving both, or a
+ * file that cannot be read, is a configuration error.
+ */
+function withSecretFiles (env: NodeJS.ProcessEnv, problems: string[]): NodeJS.ProcessEnv {
+  const resolved = { ...env }
+  for (const name of SECRET_VARIABLES) {
+    const file = env[`${name}_FILE`]
+    if (file === undefined || file === '') continue
+    if (env[name] !== undefined && env[name] !== '') {
+      problems.push(`${name} and ${name}_FILE are both set; give one`)
+      continue
+    }
+    try {
+      resolved[name] = readFileSync(file, 'utf8').replace(/\r?\n$/, '')
+    } catch (err) {
+      problems.push(`${name}_FILE must name a readable file (${(err as NodeJS.ErrnoException).code ?? 'unreadable'}: ${JSON.stringify(file)})`)
+    }
+  }
+  return resolved
+}
+
+/**
  * Reads the configuration from an environment. Empty strings count as unset. A bad value
  * throws a ConfigError whose message is one line naming every variable at fault and what
  * each accepts.
  */
-export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
   const raw: Record<string, unknown> = {}
   const problems: string[] = []
+  const env = withSecretFiles(given, problems)
   for (const [name, schema] of Object.entries(ConfigSchema.properties) as [string, TSchema & { description?: string }][]) {
     const given = env[name]
     if (given === undefined || given === '') continue
@@ -108,8 +146,10 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
   return {
     host: e.HOST,
     port: e.PORT,
+    metricsPort: e.METRICS_PORT,
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,
+    listenHeartbeatMs: e.LISTEN_HEARTBEAT_MS,
     dataDir: e.DATA_DIR,
     redisUrl: e.REDIS_URL,
     logLevel: e.LOG_LEVEL,
@@ -120,7 +160,9 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env): Config {
     maxAttachments: e.MAX_ATTACHMENTS,
     maxAttachmentBytes: e.MAX_ATTACHMENT_BYTES,
     maxLongPollsPerKey: e.MAX_LONG_POLLS_PER_KEY,
+    eventStreamHeartbeatSeconds: e.EVENT_STREAM_HEARTBEAT_SECONDS,
     requestTimeoutSeconds: e.REQUEST_TIMEOUT_SECONDS,
+    maxGroupMembers: e.MAX_GROUP_MEMBERS,
     testBotAddress: e.TEST_BOT_ADDRESS
   }
 }

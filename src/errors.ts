@@ -1,10 +1,13 @@
 import { STATUS_CODES } from 'node:http'
 
-/** Stable error codes for programs (API.md §1). */
-export type ErrorCode =
-  | 'UNAUTHORIZED' | 'FORBIDDEN' | 'NOT_FOUND' | 'CONFLICT' | 'VALIDATION_FAILED'
-  | 'UNSUPPORTED_MEDIA_TYPE' | 'PAYLOAD_TOO_LARGE' | 'RATE_LIMITED' | 'QUOTA_EXCEEDED'
-  | 'IDEMPOTENCY_MISMATCH' | 'IDEMPOTENCY_IN_PROGRESS' | 'UNAVAILABLE' | 'INTERNAL'
+/** Stable error codes for programs (API.md §1 and §9); the OpenAPI document lists them too. */
+export const ERROR_CODES = [
+  'UNAUTHORIZED', 'FORBIDDEN', 'NOT_FOUND', 'CONFLICT', 'VALIDATION_FAILED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE',
+  'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_MISMATCH', 'IDEMPOTENCY_IN_PROGRESS', 'UNAVAILABLE', 'INTERNAL',
+  'RANGE_NOT_SATISFIABLE'
+] as const
+
+export type ErrorCode = typeof ERROR_CODES[number]
 
 /** An error the service means to answer: a status, a stable code and a message for people. */
 export class AppError extends Error {

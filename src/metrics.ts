@@ -1,6 +1,10 @@
+import { collectDefaultMetrics, Registry } from 'prom-client'
+
 /**
  * The service's Prometheus metrics, kept in memory and written in the text exposition format
- * (version 0.0.4). Small on purpose: counters, gauges read at scrape time, and one histogram.
+ * (version 0.0.4). Small on purpose: counters, gauges read at scrape time, and one histogram;
+ * the standard process and Node.js metrics (CPU, memory, file descriptors, event-loop lag, GC)
+ * come from prom-client's default collectors.
  */
 
 type Labels = Record<string, string>
@@ -58,6 +62,17 @@ class Histogram {
 
 type GaugeRead = () => { labels?: Labels, value: number }[]
 
+let processMetrics: Registry | undefined
+
+/** process_* and nodejs_* metrics: one set per process, however many apps it builds (tests). */
+function processRegistry (): Registry {
+  if (processMetrics === undefined) {
+    processMetrics = new Registry()
+    collectDefaultMetrics({ register: processMetrics })
+  }
+  return processMetrics
+}
+
 export function createMetrics () {
   const requests = new Counter('parley_http_requests_total', 'HTTP requests answered, by method, route and status')
   const duration = new Histogram('parley_http_request_duration_seconds', 'Time to answer, by method and route')
@@ -83,13 +98,13 @@ export function createMetrics () {
     gauge (name: string, help: string, read: GaugeRead): void {
       gauges.push({ name, help, read })
     },
-    render (): string {
+    async render (): Promise<string> {
       const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...refusals.render(), ...errors.render()]
       for (const g of gauges) {
         lines.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`)
         for (const { labels, value } of g.read()) lines.push(`${g.name}${labelText(labels ?? {})} ${value}`)
       }
-      return `${lines.join('\n')}\n`
+      return `${lines.join('\n')}\n${await processRegistry().metrics()}`
     }
   }
 }

@@ -1,11 +1,12 @@
 import { Type } from 'typebox'
+import { ERROR_CODES, type ErrorCode } from './errors.js'
 
 /** Shared wire schemas: the error body every non-2xx answer carries, and common fields. */
 export const ErrorSchema = Type.Object({
   statusCode: Type.Integer({ description: 'The HTTP status, repeated' }),
   error: Type.String({ description: 'The HTTP reason phrase' }),
   message: Type.String({ description: 'For people: names the field or thing at fault' }),
-  code: Type.String({ description: 'Stable for programs: UNAUTHORIZED, FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, …' })
+  code: Type.Unsafe<ErrorCode>({ type: 'string', enum: [...ERROR_CODES], description: 'Stable for programs' })
 }, { $id: 'Error', description: 'Every error answer' })
 
 export const errorResponses = (...statuses: number[]) =>

@@ -1,9 +1,11 @@
+import { createServer, type Server } from 'node:http'
 import type { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
+import { METRICS_CONTENT_TYPE } from './modules/health/health.routes.js'
 import { demoBanner, seedDemoKey } from './modules/keys/demo.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
 
@@ -11,6 +13,8 @@ export interface RunningService {
   app: FastifyInstance
   database: Database
   url: string
+  /** Where GET /metrics answers when METRICS_PORT gives it a listener of its own. */
+  metricsUrl: string | undefined
   close(): Promise<void>
 }
 
@@ -27,11 +31,42 @@ function publicBase (host: string, port: number): string {
 }
 
 /**
+ * GET /metrics on a listener of its own (METRICS_PORT), so a firewall or a container port map
+ * can keep it internal while the API is public. Closed with the app.
+ */
+async function listenForMetrics (app: FastifyInstance, host: string, port: number): Promise<string> {
+  const server: Server = createServer((req, res) => {
+    if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('Not Found: this listener serves GET /metrics only\n')
+      return
+    }
+    app.metrics.render().then((text) => {
+      res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE }).end(text)
+    }, (err: unknown) => {
+      app.log.error({ err }, 'metrics could not be rendered')
+      res.writeHead(500, { 'content-type': 'text/plain' }).end('Internal Server Error\n')
+    })
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => { server.off('error', reject); resolve() })
+  })
+  app.addHook('onClose', async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  const address = server.address()
+  const url = `${publicBase(host, typeof address === 'object' && address !== null ? address.port : port)}/metrics`
+  app.log.info(`Metrics listening at ${url}`)
+  return url
+}
+
+/**
  * Opens the database, applies pending migrations (under the same advisory lock as
  * `parley migrate`), makes sure the bot user exists, and listens.
  */
 export async function startService (config: Config, options: StartOptions = {}): Promise<RunningService> {
-  const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command: 'serve', poolSize: config.databasePoolSize })
+  const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command: 'serve', poolSize: config.databasePoolSize, listenHeartbeatMs: config.listenHeartbeatMs })
   let app: FastifyInstance | undefined
   try {
     const applied = await migrateDatabase(database)
@@ -40,6 +75,8 @@ export async function startService (config: Config, options: StartOptions = {}):
     app.addHook('onClose', async () => { await database.close() })
     if (applied.length > 0) app.log.info({ migrations: applied }, 'applied migrations')
 
+    // First: its close hook must be added before the app listens.
+    const metricsUrl = config.metricsPort === undefined ? undefined : await listenForMetrics(app, config.host, config.metricsPort)
     await app.listen({ host: config.host, port: config.port })
     const address = app.server.address()
     const port = typeof address === 'object' && address !== null ? address.port : config.port
@@ -50,7 +87,7 @@ export async function startService (config: Config, options: StartOptions = {}):
       if (demo !== undefined) (options.print ?? console.log)(demoBanner(demo, url, config.testBotAddress))
     }
     const running = app
-    return { app: running, database, url, close: () => running.close() }
+    return { app: running, database, url, metricsUrl, close: () => running.close() }
   } catch (err) {
     if (app !== undefined) await app.close()
     else await database.close()

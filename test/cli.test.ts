@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { emptyPostgresDatabase, usingPostgres } from './support/databases.js'
@@ -97,6 +97,19 @@ t.test(`parley user and key commands (${backend})`, async (t) => {
   t.equal(badQuota.code, 2)
   t.match(badQuota.stderr, /N must be a whole number/)
 
+  const admin = await runCliInProcess(['key', 'create', 'alice', '--scope', 'admin', '--scope', 'read', '--json'], env)
+  t.equal(admin.code, 0, admin.stderr)
+  const withAdmin = JSON.parse((await runCliInProcess(['key', 'list', 'alice', '--json'], env)).stdout) as { keyId: string, scopes: string[] }[]
+  t.same(withAdmin.find((k) => k.keyId === JSON.parse(admin.stdout).keyId)?.scopes, ['admin', 'read'])
+  const badScope = await runCliInProcess(['key', 'create', 'alice', '--scope', 'root'], env)
+  t.equal(badScope.code, 2)
+  t.equal(badScope.stderr, 'parley: --scope must be one of read, send, admin, got "root"\n')
+  const off = await runCliInProcess(['user', 'deactivate', 'alice', '--json'], env)
+  t.equal(off.code, 0, off.stderr)
+  t.match(JSON.parse(off.stdout), { address: 'alice', deactivatedAt: /Z$/ })
+  t.match((await runCliInProcess(['user', 'reactivate', 'alice'], env)).stdout, /Reactivated alice/)
+  t.equal((await runCliInProcess(['user', 'deactivate', 'nobody'], env)).stderr, 'parley: user nobody not found\n')
+
   const revoked = await runCliInProcess(['key', 'revoke', keyId], env)
   t.equal(revoked.code, 0, revoked.stderr)
   t.match(revoked.stdout, new RegExp(`Revoked key ${keyId}`))
@@ -112,6 +125,28 @@ t.test(`parley user and key commands (${backend})`, async (t) => {
   const help = await runCliInProcess(['--help'], env)
   t.equal(help.code, 0)
   t.match(help.stdout, /parley <command>/)
+})
+
+t.test('parley --version, per-command --help, and options checked per command', async (t) => {
+  const env = { DATA_DIR: join(tempDir(t), 'data') }
+  const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }
+  // Through the real entry point, so the bundle's path to package.json is what is tested.
+  const shown = await runCli(['--version'], env)
+  t.equal(shown.code, 0, shown.stderr)
+  t.equal(shown.stdout, `parley ${pkg.version}\n`)
+  t.same(JSON.parse((await runCliInProcess(['--version', '--json'], env)).stdout), { version: pkg.version })
+
+  const help = await runCliInProcess(['user', 'create', '--help'], env)
+  t.equal(help.code, 0)
+  t.equal(help.stdout, 'Usage: parley user create <address> [--name NAME]\n\nCreate a user.\n')
+
+  const stray = await runCliInProcess(['user', 'list', '--daily-quota', '5'], env)
+  t.equal(stray.code, 2)
+  t.equal(stray.stderr, 'parley: parley user list takes no --daily-quota; usage: parley user list\n')
+  const extra = await runCliInProcess(['migrate', 'now'], env)
+  t.equal(extra.code, 2)
+  t.match(extra.stderr, /parley migrate takes no arguments/)
+  t.notOk(existsSync(env.DATA_DIR), 'a refused command opens no database')
 })
 
 t.test('a bad setting stops start-up with one line naming the variable', async (t) => {

@@ -7,6 +7,7 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     port: 3000,
     databaseUrl: undefined,
     databasePoolSize: 10,
+    listenHeartbeatMs: 15_000,
     dataDir: './data',
     redisUrl: undefined,
     logLevel: 'info',
@@ -18,6 +19,8 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     maxAttachmentBytes: 25 * 1024 * 1024,
     maxLongPollsPerKey: 10,
     requestTimeoutSeconds: 60,
+    maxGroupMembers: 1_000,
+    eventStreamHeartbeatSeconds: 15,
     testBotAddress: 'testbot'
   })
 })
@@ -73,4 +76,18 @@ t.test('URLs that may hold passwords are never echoed back', async (t) => {
     t.notMatch((err as Error).message, /hunter2|s3cret/)
     t.match((err as Error).message, /DATABASE_URL.*; REDIS_URL/, 'every bad variable in the one line')
   }
+})
+
+t.test('DATABASE_URL_FILE and REDIS_URL_FILE read secrets from files (Docker secrets)', async (t) => {
+  const dir = t.testdir({ db: 'postgres://parley:s3cret@db:5432/parley\n', redis: 'redis://:pw@cache:6379' })
+  const config = loadConfig({ DATABASE_URL_FILE: `${dir}/db`, REDIS_URL_FILE: `${dir}/redis` })
+  t.equal(config.databaseUrl, 'postgres://parley:s3cret@db:5432/parley', 'the trailing newline is dropped')
+  t.equal(config.redisUrl, 'redis://:pw@cache:6379')
+  t.throws(() => loadConfig({ DATABASE_URL_FILE: `${dir}/db`, DATABASE_URL: 'postgres://x@y/z' }),
+    new ConfigError('Invalid configuration: DATABASE_URL and DATABASE_URL_FILE are both set; give one'))
+  t.throws(() => loadConfig({ DATABASE_URL_FILE: `${dir}/missing` }), /DATABASE_URL_FILE must name a readable file \(ENOENT/)
+  const bad = t.testdir({ db: 'mysql://root:hunter2@db/x' })
+  const refused = (() => { try { loadConfig({ DATABASE_URL_FILE: `${bad}/db` }) } catch (err) { return (err as Error).message } })()
+  t.match(refused, /^Invalid configuration: DATABASE_URL must be a PostgreSQL connection URL/)
+  t.notMatch(refused, /hunter2/, 'a bad secret is named, never echoed')
 })

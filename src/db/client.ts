@@ -51,15 +51,44 @@ export interface DatabaseOptions {
   command?: string
   /** Postgres pool size. */
   poolSize?: number
+  /** See PostgresOptions. */
+  listenHeartbeatMs?: number
 }
 
-export async function connectPostgres (url: string, poolSize = 10): Promise<Database> {
+export interface PostgresOptions {
+  /**
+   * How often the LISTEN connection proves it is alive with a `SELECT 1`, which must answer
+   * within the same time. A half-open connection (a peer or a middlebox gone without a word)
+   * raises no error and delivers no notifications; this notices it, and reconnects.
+   */
+  listenHeartbeatMs?: number
+}
+
+export const DEFAULT_LISTEN_HEARTBEAT_MS = 15_000
+
+/** Ends a client politely, or cuts its socket if the goodbye takes longer than `ms`. */
+async function endWithin (c: pg.Client, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const cut = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      c.connection.stream.destroy()
+      resolve()
+    }, ms)
+  })
+  await Promise.race([c.end().catch(() => {}), cut])
+  clearTimeout(timer)
+}
+
+export async function connectPostgres (url: string, poolSize = 10, options: PostgresOptions = {}): Promise<Database> {
+  const heartbeatMs = options.listenHeartbeatMs ?? DEFAULT_LISTEN_HEARTBEAT_MS
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
     // Fail fast when PostgreSQL is away rather than queueing requests forever.
     connectionTimeoutMillis: 5_000,
-    idleTimeoutMillis: 30_000
+    idleTimeoutMillis: 30_000,
+    // The kernel's own probes find a dead peer eventually, even on a connection left idle.
+    keepAlive: true
   })
   // A client losing its connection must not crash the process: pg emits 'error' on it, and the
   // pool listens only while the client is idle. With a listener on every client, a connection
@@ -67,7 +96,7 @@ export async function connectPostgres (url: string, poolSize = 10): Promise<Data
   pool.on('error', () => {})
   pool.on('connect', (client) => { client.on('error', () => {}) })
   const db: Db = drizzlePg({ client: pool, schema })
-  // Listening connections are checked out of the pool for good; close() must hand them back.
+  // Listening connections are the pool's peers, not its members; close() must end them.
   const listeners = new Set<() => Promise<void>>()
   return {
     db,
@@ -88,41 +117,67 @@ export async function connectPostgres (url: string, poolSize = 10): Promise<Data
       }
     },
     async listen (channel, onNotify, onReconnect) {
-      let client: pg.PoolClient | undefined
+      let client: pg.Client | undefined
       let stopped = false
       let retry: NodeJS.Timeout | undefined
+      let beating = false
+      // Drops a connection for good (its socket too: ending a half-open one would wait on a
+      // goodbye that never leaves) and, unless stopping, connects anew.
+      const drop = (c: pg.Client): void => {
+        if (client !== c) return
+        client = undefined
+        c.connection.stream.destroy()
+        c.end().catch(() => {})
+        if (!stopped) retry = setTimeout(() => { void connect(1) }, 200).unref()
+      }
       const connect = async (attempt: number): Promise<void> => {
+        // Its own connection, outside the pool: held for good, with its own keepalive.
+        const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000, keepAlive: true })
+        c.on('error', () => drop(c))
+        c.on('notification', (msg) => { if (msg.channel === channel) onNotify(msg.payload ?? '') })
         try {
-          const c = await pool.connect()
-          c.on('notification', (msg) => { if (msg.channel === channel) onNotify(msg.payload ?? '') })
-          c.on('error', () => {
-            c.release(true)
-            if (client === c) client = undefined
-            if (!stopped) retry = setTimeout(() => { void connect(1) }, 200).unref()
-          })
+          await c.connect()
           await c.query(`LISTEN ${channel}`)
-          if (stopped) {
-            c.release(true)
-            return
-          }
-          client = c
-          if (attempt > 0) onReconnect?.()
         } catch (err) {
+          c.connection.stream.destroy()
+          c.end().catch(() => {})
           if (attempt === 0) throw err
           if (!stopped) retry = setTimeout(() => { void connect(attempt + 1) }, Math.min(5_000, 200 * attempt)).unref()
+          return
         }
+        if (stopped) {
+          await endWithin(c, heartbeatMs)
+          return
+        }
+        client = c
+        // Notifications sent while no connection listened are gone: let waiters look again.
+        if (attempt > 0) onReconnect?.()
       }
+      const heartbeat = setInterval(() => {
+        const c = client
+        if (c === undefined || beating) return
+        beating = true
+        let timer: NodeJS.Timeout | undefined
+        const late = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('LISTEN connection heartbeat timed out')), heartbeatMs)
+        })
+        Promise.race([c.query('SELECT 1'), late])
+          .catch(() => drop(c))
+          .finally(() => {
+            clearTimeout(timer)
+            beating = false
+          })
+      }, heartbeatMs).unref()
       await connect(0)
       const stop = async () => {
         listeners.delete(stop)
         stopped = true
         clearTimeout(retry)
+        clearInterval(heartbeat)
         const c = client
         client = undefined
-        if (c !== undefined) {
-          await c.query(`UNLISTEN ${channel}`).catch(() => {})
-          c.release(true)
-        }
+        // Ending the connection ends its LISTEN; a connection gone quiet is cut after a while.
+        if (c !== undefined) await endWithin(c, heartbeatMs)
       }
       listeners.add(stop)
       return stop
@@ -169,7 +224,7 @@ export function wrapPglite (client: PGlite, options: { created?: boolean, onClos
 }
 
 export async function openEmbedded (dataDir: string, command = 'serve'): Promise<Database> {
-  const release = lockDataDirectory(dataDir, command)
+  const release = await lockDataDirectory(dataDir, command)
   try {
     const created = !existsSync(join(dataDir, 'PG_VERSION'))
     const client = await PGlite.create(dataDir)
@@ -182,6 +237,8 @@ export async function openEmbedded (dataDir: string, command = 'serve'): Promise
 
 /** `DATABASE_URL` set: PostgreSQL through `pg`; unset: embedded PGlite under the data directory. */
 export async function openDatabase (options: DatabaseOptions): Promise<Database> {
-  if (options.databaseUrl !== undefined) return connectPostgres(options.databaseUrl, options.poolSize)
+  if (options.databaseUrl !== undefined) {
+    return connectPostgres(options.databaseUrl, options.poolSize, { listenHeartbeatMs: options.listenHeartbeatMs })
+  }
   return openEmbedded(options.dataDir, options.command)
 }

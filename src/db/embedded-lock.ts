@@ -1,22 +1,19 @@
-import { mkdirSync, openSync, readFileSync, rmSync, writeSync, closeSync } from 'node:fs'
-import { join } from 'node:path'
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { connect, createServer, type Server } from 'node:net'
+import { hostname } from 'node:os'
+import { join, resolve } from 'node:path'
 
 /** Thrown when another live process holds the embedded database. */
 export class DataDirectoryInUse extends Error {
   override name = 'DataDirectoryInUse'
 }
 
-interface LockOwner { pid: number, command: string, startedAt: string }
+interface LockOwner { pid: number, command: string, host: string, startedAt: string }
 
-function isAlive (pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    // EPERM: the process exists but belongs to someone else.
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
+// sun_path holds 108 bytes with its terminator; leave room.
+const MAX_SOCKET_PATH = 100
+// A takeover of a stale lock older than this was abandoned by a process that died mid-way.
+const TAKEOVER_STALE_MS = 10_000
 
 function readOwner (file: string): LockOwner | undefined {
   try {
@@ -26,36 +23,94 @@ function readOwner (file: string): LockOwner | undefined {
   }
 }
 
+function inUse (dataDir: string, owner: LockOwner | undefined): DataDirectoryInUse {
+  const who = owner === undefined ? 'another process' : `\`parley ${owner.command}\` (pid ${owner.pid}${owner.host === hostname() ? '' : ` on ${owner.host}`})`
+  return new DataDirectoryInUse(
+    `The embedded database in ${dataDir} is in use by ${who}; ` +
+    'stop that process first, or point DATABASE_URL at PostgreSQL to share one database between processes'
+  )
+}
+
+function listen (path: string): Promise<Server | NodeJS.ErrnoException> {
+  return new Promise((resolvePromise) => {
+    // Anyone who connects is only asking whether the lock is held: hang up at once.
+    const server = createServer((socket) => socket.destroy())
+    server.once('error', (err) => resolvePromise(err))
+    server.listen(path, () => {
+      server.removeAllListeners('error')
+      // An error after listening (there is none in practice) must not crash the process.
+      server.on('error', () => {})
+      server.unref()
+      resolvePromise(server)
+    })
+  })
+}
+
+/** Whether a live process listens on the socket: the kernel closes a dead process's sockets. */
+function held (path: string): Promise<boolean> {
+  return new Promise((resolvePromise) => {
+    const socket = connect(path)
+    socket.once('connect', () => { socket.destroy(); resolvePromise(true) })
+    socket.once('error', () => resolvePromise(false))
+  })
+}
+
 /**
  * PGlite is one Postgres backend writing straight into the data directory: two processes on
- * one directory would corrupt it. The first process to create the lock file owns the directory
- * until it releases it or dies; a lock left by a dead process is taken over.
+ * one directory would corrupt it. The lock is a Unix socket the owner listens on in the
+ * directory: the kernel releases it when the owner dies however it dies (SIGKILL, OOM), and a
+ * socket on a shared volume is seen from every container on the host, whatever their pid
+ * namespaces (a pid file is not: two containers both run as pid 1, and a dead pid may be
+ * reused or linger as a zombie). `parley.lock` beside it names the owner for the message.
+ * Resolves with the function that releases the lock.
  */
-export function lockDataDirectory (dataDir: string, command: string): () => void {
+export async function lockDataDirectory (dataDir: string, command: string): Promise<() => void> {
   mkdirSync(dataDir, { recursive: true })
-  const file = join(dataDir, 'parley.lock')
-  for (let attempt = 0; attempt < 3; attempt++) {
-    let fd: number
+  const ownerFile = join(dataDir, 'parley.lock')
+  const socketPath = join(resolve(dataDir), 'parley.lock.sock')
+  if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) {
+    throw new Error(`DATA_DIR ${dataDir} is too long for the embedded database's lock socket (at most ${MAX_SOCKET_PATH - 17} bytes as an absolute path); choose a shorter path`)
+  }
+  const takeover = join(dataDir, 'parley.lock.takeover')
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const result = await listen(socketPath)
+    if (!(result instanceof Error)) {
+      const owner: LockOwner = { pid: process.pid, command, host: hostname(), startedAt: new Date().toISOString() }
+      writeFileSync(ownerFile, JSON.stringify(owner), { mode: 0o600 })
+      return () => {
+        result.close()
+        rmSync(socketPath, { force: true })
+        if (readOwner(ownerFile)?.startedAt === owner.startedAt) rmSync(ownerFile, { force: true })
+      }
+    }
+    if (result.code !== 'EADDRINUSE') throw result
+    if (await held(socketPath)) throw inUse(dataDir, readOwner(ownerFile))
+    // The owner died and left its socket file. Only one process replaces it: whoever creates
+    // the takeover file; the others retry and find the new owner listening.
+    let fd: number | undefined
     try {
-      fd = openSync(file, 'wx', 0o600)
+      fd = openSync(takeover, 'wx', 0o600)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
-      const owner = readOwner(file)
-      if (owner !== undefined && owner.pid !== process.pid && isAlive(owner.pid)) {
-        throw new DataDirectoryInUse(
-          `The embedded database in ${dataDir} is in use by \`parley ${owner.command}\` (pid ${owner.pid}); ` +
-          'stop that process first, or point DATABASE_URL at PostgreSQL to share one database between processes'
-        )
-      }
-      rmSync(file, { force: true })
+      const age = Date.now() - (statSafe(takeover) ?? Date.now())
+      if (age > TAKEOVER_STALE_MS) rmSync(takeover, { force: true })
+      await new Promise((resolveWait) => setTimeout(resolveWait, 100))
       continue
     }
-    const owner: LockOwner = { pid: process.pid, command, startedAt: new Date().toISOString() }
-    writeSync(fd, JSON.stringify(owner))
-    closeSync(fd)
-    return () => {
-      if (readOwner(file)?.pid === process.pid) rmSync(file, { force: true })
+    try {
+      if (!await held(socketPath)) rmSync(socketPath, { force: true })
+    } finally {
+      closeSync(fd)
+      rmSync(takeover, { force: true })
     }
   }
-  throw new DataDirectoryInUse(`Could not lock the embedded database in ${dataDir}`)
+  throw inUse(dataDir, readOwner(ownerFile))
+}
+
+function statSafe (path: string): number | undefined {
+  try {
+    return statSync(path).mtimeMs
+  } catch {
+    return undefined
+  }
 }

@@ -2,8 +2,9 @@ import basicAuth from '@fastify/basic-auth'
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable } from '../db/errors.js'
-import { Internal, Unauthorized, Unavailable } from '../errors.js'
+import { Forbidden, Internal, Unauthorized, Unavailable } from '../errors.js'
 import type { Authenticator, Principal } from '../modules/keys/authenticator.js'
+import { requiredScope, type Scope } from '../modules/keys/scopes.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -14,6 +15,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** The route answers without credentials (the OpenAPI document). */
     public?: boolean
+    /** The key scope the route needs, when not the one its method and path imply (scopes.ts). */
+    scope?: Scope
   }
 }
 
@@ -61,10 +64,17 @@ export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator:
     })
   })
 
+  // Before the body is read: a key without the route's scope costs no parsing.
   app.addHook('preParsing', async (req) => {
     if (req.routeOptions.config.public === true) return
     if (req.principal === null) {
       throw req.authError instanceof Unauthorized ? req.authError : new Unauthorized()
+    }
+    const route = req.routeOptions.url
+    if (route === undefined) return
+    const scope = req.routeOptions.config.scope ?? requiredScope(req.method, route)
+    if (!req.principal.scopes.includes(scope)) {
+      throw new Forbidden(`This API key lacks the ${scope} scope, which ${req.method} ${route} needs`)
     }
   })
 }, { name: 'parley-auth' })

@@ -3,8 +3,8 @@ import multipart from '@fastify/multipart'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { UnsupportedMediaType, ValidationFailed } from '../errors.js'
-import { sendError } from './errors.js'
-import { readUpload, UploadedFile } from './uploads.js'
+import { loggableError, sendError } from './errors.js'
+import { readUpload, UploadedFile, type UploadSink } from './uploads.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -23,6 +23,9 @@ export interface BodyParserOptions {
   maxAttachments: number
   maxAttachmentBytes: number
   maxBodyChars: number
+  /** Where file parts are streamed to, chunk by chunk. */
+  uploads: UploadSink
+  chunkBytes: number
 }
 
 /**
@@ -66,10 +69,37 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
       headerPairs: 100
     },
     async onFile (part) {
+      const req = this
+      let file: UploadedFile
+      try {
+        file = await readUpload(part, opts.uploads, opts.chunkBytes)
+      } catch (err) {
+        // A socket closed mid-body is the client's doing, not the database's: say so.
+        if (req.raw.destroyed || (err as { code?: string }).code === 'FST_PREMATURE_CLOSE') {
+          req.log.info({ field: part.fieldname }, 'upload aborted by the client; its staged chunks were deleted')
+        }
+        throw err
+      }
+      const ids = staged.get(req) ?? []
+      ids.push(file.uploadId)
+      staged.set(req, ids)
       // keyValues mode stores `part.value` as the field's value.
-      (part as typeof part & { value: unknown }).value = await readUpload(part)
+      Object.assign(part, { value: file })
     }
   })
+  // Whatever the request ends with (refused send, 4xx, 5xx, abort), its uploads that no send
+  // claimed are deleted; a claimed chunk has message_id set and is left alone.
+  const staged = new WeakMap<FastifyRequest, string[]>()
+  const discardUnclaimed = async (req: FastifyRequest) => {
+    const ids = staged.get(req)
+    if (ids === undefined) return
+    staged.delete(req)
+    await opts.uploads.discard(ids).catch((err: unknown) => {
+      req.log.warn({ err: loggableError(err) }, 'could not delete unclaimed upload chunks; retention sweeps them')
+    })
+  }
+  app.addHook('onResponse', discardUnclaimed)
+  app.addHook('onRequestAbort', discardUnclaimed)
 
   // One file part arrives as a value, several as a list; a schema sees a list either way
   // (Ajv's array coercion wraps scalars only, not objects).

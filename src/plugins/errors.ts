@@ -89,6 +89,12 @@ export interface ErrorsOptions {
 
 export const errorsPlugin = fp(async (app: FastifyInstance, opts: ErrorsOptions) => {
   app.setErrorHandler((err: FastifyError, req, reply) => {
+    // The client closed its socket mid-request (an aborted upload): its ECONNRESET is not the
+    // database's, and no one is left to answer. Logged as what it is, counted as nothing.
+    if (req.raw.destroyed && (err.code === 'ECONNRESET' || err.code === 'FST_PREMATURE_CLOSE' || err.message === 'aborted')) {
+      req.log.info({ reason: err.message }, 'client aborted the request')
+      return reply.code(400).send()
+    }
     const error = toAppError(err, req, opts)
     opts.onError?.(error.code)
     if (error.statusCode >= 500) {

@@ -44,6 +44,22 @@ export class FixedWindowStore implements FastifyRateLimitStore {
   }
 }
 
+/**
+ * What an unauthenticated client is counted as: its IPv4 address, or the /64 of its IPv6 one.
+ * A single host is routinely given a whole /64, so counting full IPv6 addresses would let it
+ * rotate through 2^64 of them to escape the limit. IPv4-mapped IPv6 counts as the IPv4 address.
+ */
+export function clientNetwork (ip: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip)
+  if (mapped !== null) return mapped[1]!
+  if (!ip.includes(':')) return ip
+  const [head = '', tail = ''] = ip.split('::')
+  const left = head === '' ? [] : head.split(':')
+  const right = tail === '' ? [] : tail.split(':')
+  const groups = ip.includes('::') ? [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left
+  return `${groups.slice(0, 4).map((g) => (parseInt(g, 16) || 0).toString(16)).join(':')}::/64`
+}
+
 export interface RateLimitOptions {
   perSecond: number
   /** Shared counters for several instances; in-process counters without it. */
@@ -63,7 +79,7 @@ export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOp
     ...(opts.redis !== undefined
       ? { redis: opts.redis, nameSpace: 'parley:rl:', skipOnError: true }
       : { store: FixedWindowStore }),
-    keyGenerator: (req) => req.principal !== null ? `key:${req.principal.keyId}` : `ip:${req.ip}`,
+    keyGenerator: (req) => req.principal !== null ? `key:${req.principal.keyId}` : `ip:${clientNetwork(req.ip)}`,
     errorResponseBuilder: () => new RateLimited()
   })
 }, { name: 'parley-rate-limit' })

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { MultipartFile } from '@fastify/multipart'
+import { newId } from '../ids.js'
 
 const TOKEN = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+$/
 
@@ -8,29 +9,35 @@ export function safeContentType (given: string): string {
   return TOKEN.test(given) && given.length <= 127 ? given.toLowerCase() : 'application/octet-stream'
 }
 
-/** A filename fit to store: no path, no control characters, at most 255 characters. */
+/**
+ * A filename fit to store: no path, no control characters, no bidi embedding/override/isolate
+ * controls (which make `exe.txt` display as `txt.exe`), at most 255 characters.
+ */
 export function safeFilename (given: string | undefined): string {
   // eslint-disable-next-line no-control-regex
-  const base = (given ?? '').split(/[\\/]/).pop()!.replace(/[\u0000-\u001f\u007f]/g, '').trim()
+  const base = (given ?? '').split(/[\\/]/).pop()!.replace(/[\u0000-\u001f\u007f\u202a-\u202e\u2066-\u2069]/g, '').trim()
   return [...(base === '' || base === '.' || base === '..' ? 'attachment' : base)].slice(0, 255).join('')
 }
 
+/** Where a streaming upload puts its bytes: one chunk at a time, or all of them away again. */
+export interface UploadSink {
+  stage(uploadId: string, seq: number, data: Buffer): Promise<void>
+  discard(uploadIds: string[]): Promise<number>
+}
+
 /**
- * A file part of a multipart body, read whole and hashed as it streamed in. Built only by the
- * multipart parser, so a JSON or form body can never pass a forged one off as a file: handlers
- * check `instanceof UploadedFile`.
+ * A file part of a multipart body, stored chunk by chunk (under `uploadId`) and hashed as it
+ * streamed in. Built only by the multipart parser, so a JSON or form body can never pass a
+ * forged one off as a file: handlers check `instanceof UploadedFile`.
  */
 export class UploadedFile {
   constructor (
     readonly filename: string,
     readonly contentType: string,
-    readonly data: Buffer,
+    readonly uploadId: string,
+    readonly size: number,
     readonly sha256: string
   ) {}
-
-  get size (): number {
-    return this.data.length
-  }
 
   /** The OpenAPI view of a file field. */
   toJSON (): { filename: string, contentType: string, size: number } {
@@ -39,15 +46,43 @@ export class UploadedFile {
 }
 
 /**
- * Reads a file part while it arrives. busboy stops the stream at the configured fileSize and
- * @fastify/multipart then throws its 413 error, so nothing oversized is kept.
+ * Streams a file part into the sink in chunks of exactly `chunkBytes` (the last shorter),
+ * awaiting each insert before reading on, so memory per upload stays about one chunk plus the
+ * socket's buffers and a slow database slows the client instead of filling memory. busboy
+ * stops the stream at the configured fileSize and @fastify/multipart then throws its 413
+ * error. On any failure what was staged is deleted before the error goes on.
  */
-export async function readUpload (part: MultipartFile): Promise<UploadedFile> {
+export async function readUpload (part: MultipartFile, sink: UploadSink, chunkBytes: number): Promise<UploadedFile> {
+  const uploadId = newId('upl')
   const hash = createHash('sha256')
-  const chunks: Buffer[] = []
-  for await (const chunk of part.file) {
-    hash.update(chunk as Buffer)
-    chunks.push(chunk as Buffer)
+  let pending: Buffer[] = []
+  let pendingBytes = 0
+  let seq = 0
+  let size = 0
+  const flush = async (upTo: number) => {
+    const all = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
+    // Copy the chunk out so the rest of a large socket buffer is not kept alive by it.
+    await sink.stage(uploadId, seq++, Buffer.from(all.subarray(0, upTo)))
+    const rest = all.subarray(upTo)
+    pending = rest.length > 0 ? [rest] : []
+    pendingBytes = rest.length
   }
-  return new UploadedFile(safeFilename(part.filename), safeContentType(part.mimetype), Buffer.concat(chunks), hash.digest('hex'))
+  try {
+    for await (const chunk of part.file) {
+      const buf = chunk as Buffer
+      hash.update(buf)
+      size += buf.length
+      pending.push(buf)
+      pendingBytes += buf.length
+      while (pendingBytes >= chunkBytes) await flush(chunkBytes)
+    }
+    // busboy ends the stream early (not with an error) at fileSize, and @fastify/multipart
+    // answers 413 once the body is read: nothing of this file is kept.
+    if (part.file.truncated) await sink.discard([uploadId])
+    else if (pendingBytes > 0) await flush(pendingBytes)
+  } catch (err) {
+    await sink.discard([uploadId]).catch(() => {})
+    throw err
+  }
+  return new UploadedFile(safeFilename(part.filename), safeContentType(part.mimetype), uploadId, size, hash.digest('hex'))
 }

@@ -9,7 +9,10 @@ import { runCli, startServer } from '../support/processes.js'
 const compose = readFileSync('docker-compose.yml', 'utf8')
 const dockerfile = readFileSync('Dockerfile', 'utf8')
 
-/** The variables of a YAML mapping block, `${VAR:-default}` read as its default. */
+/**
+ * The variables of a YAML mapping block, `${VAR:-default}` read as its default and a required
+ * `${POSTGRES_PASSWORD:?…}` as the value an operator's .env would give it.
+ */
 function environmentBlock (anchorLine: string): Record<string, string> {
   const lines = compose.split('\n')
   const start = lines.findIndex((line) => line.startsWith(anchorLine))
@@ -17,7 +20,7 @@ function environmentBlock (anchorLine: string): Record<string, string> {
   for (const line of lines.slice(start + 1)) {
     const match = /^ {2}([A-Z_]+): (.*)$/.exec(line)
     if (match === null) break
-    env[match[1]!] = match[2]!.replace(/^"|"$/g, '').replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1')
+    env[match[1]!] = match[2]!.replace(/^"|"$/g, '').replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1').replace(/\$\{POSTGRES_PASSWORD:\?[^}]*\}/g, 'secret')
   }
   return env
 }
@@ -32,7 +35,11 @@ t.test('the compose file wires postgres → migrate → app with health checks',
   t.match(compose, /app:[\s\S]*postgres:\n {8}condition: service_healthy/)
   t.match(compose, /redis:\n {4}image: redis:[\s\S]*profiles: \["scale"\]/)
   t.match(dockerfile, /^USER node$/m, 'runs as a non-root user')
-  t.match(dockerfile, /^HEALTHCHECK .*\n.*\/readyz/m)
+  t.match(dockerfile, /^HEALTHCHECK .*\n.*\/healthz/m, 'the container probes liveness; readiness is for load balancers')
+  t.match(dockerfile, /^FROM node:22-/m, 'a supported Node.js')
+  t.equal(compose.match(/^ {4}build: \./gm)?.length, 1, 'the image is built once')
+  t.notMatch(compose, /POSTGRES_PASSWORD:-/, 'no fallback database password')
+  t.match(compose, /POSTGRES_PASSWORD: \$\{POSTGRES_PASSWORD:\?/)
   t.match(dockerfile, /npm ci --omit=dev/)
   t.match(dockerfile, /^CMD \["node", "bin\/parley.js", "serve"\]$/m)
 })
@@ -40,7 +47,7 @@ t.test('the compose file wires postgres → migrate → app with health checks',
 t.test('the compose file\'s settings are a valid configuration', async (t) => {
   t.same(Object.keys(composeEnv).sort(), ['DAILY_MESSAGE_QUOTA', 'DATABASE_URL', 'HOST', 'LOG_LEVEL', 'PORT', 'RATE_LIMIT_PER_SECOND', 'REDIS_URL', 'TRUST_PROXY'])
   const config = loadConfig(composeEnv)
-  t.match(config, { host: '0.0.0.0', port: 3000, databaseUrl: 'postgres://parley:parley@postgres:5432/parley', redisUrl: undefined, trustProxy: false })
+  t.match(config, { host: '0.0.0.0', port: 3000, databaseUrl: 'postgres://parley:secret@postgres:5432/parley', redisUrl: undefined, trustProxy: false })
 })
 
 t.test('what the containers run works outside Docker: parley migrate, then parley serve, with the compose settings', {
@@ -61,8 +68,11 @@ t.test('what the containers run works outside Docker: parley migrate, then parle
 const composeTool = await promisify(execFile)('docker', ['compose', 'version']).then(() => ['docker', 'compose'],
   () => promisify(execFile)('docker-compose', ['version']).then(() => ['docker-compose'], () => undefined))
 
-t.test('docker compose config accepts the file', { skip: composeTool === undefined ? 'no docker compose here' : false }, async (t) => {
+t.test('docker compose config accepts the file with POSTGRES_PASSWORD and refuses it without', { skip: composeTool === undefined ? 'no docker compose here' : false }, async (t) => {
   const [command, ...args] = composeTool!
-  const { stdout } = await promisify(execFile)(command!, [...args, 'config'])
+  const env = { ...process.env, POSTGRES_PASSWORD: 'secret' }
+  const { stdout } = await promisify(execFile)(command!, [...args, 'config'], { env })
   t.match(stdout, /service_completed_successfully/)
+  const { POSTGRES_PASSWORD: _, ...without } = env
+  await t.rejects(promisify(execFile)(command!, [...args, 'config'], { env: without }), /POSTGRES_PASSWORD/)
 })

@@ -1,5 +1,8 @@
+import { connect } from 'node:net'
 import pg from 'pg'
 import t from 'tap'
+import { connectPostgres } from '../../src/db/client.js'
+import { createAttachmentStore } from '../../src/modules/messages/attachment-store.js'
 import { usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
 
@@ -59,6 +62,15 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
     }
   }
   const workers = Array.from({ length: 8 }, worker)
+  // One upload that is mid-body at the kill: 1 MiB of a promised 20 MiB is sent, then nothing.
+  const boundary = 'crashBOUNDARY'
+  const slow = connect(Number(new URL(first.url).port), '127.0.0.1')
+  slow.on('error', () => {})
+  const head = `--${boundary}\r\nContent-Disposition: form-data; name="recipient"\r\n\r\nreader\r\n` +
+    `--${boundary}\r\nContent-Disposition: form-data; name="attachment"; filename="cut.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`
+  slow.write(`POST /v2/message HTTP/1.1\r\nHost: x\r\nAuthorization: ${keys.writer!}\r\n` +
+    `Content-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${head.length + 20 * 1024 * 1024}\r\n\r\n${head}`)
+  slow.write(Buffer.alloc(1024 * 1024, 7))
   // Kill once the stream is well under way.
   while ([...outcomes.values()].filter((o) => 'status' in o && o.status === 200).length < 150) {
     await new Promise((resolve) => setTimeout(resolve, 5))
@@ -69,6 +81,7 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
   killed = true
   await exited
   await Promise.all(workers)
+  slow.destroy()
 
   const acknowledged = [...outcomes].filter(([, o]) => 'status' in o && o.status === 200)
   const unanswered = [...outcomes].filter(([, o]) => 'error' in o)
@@ -123,6 +136,29 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
     t.equal(quota.rows[0]!.count, rows.length, 'the quota counted exactly the stored messages')
     t.ok(rows.length >= acknowledged.length && rows.length <= acknowledged.length + unanswered.length,
       `${rows.length} stored: the ${acknowledged.length} acknowledged and ${rows.length - acknowledged.length} of the ${unanswered.length} unanswered`)
+  })
+
+  await t.test('every stored attachment is whole by SHA-256; a cut-off upload leaves only unclaimed chunks, which the sweep deletes', async (t) => {
+    const client = new pg.Client({ connectionString: env.DATABASE_URL })
+    await client.connect()
+    t.teardown(() => client.end())
+    const { rows } = await client.query<{ n: number, sha256: string, size: number, stored: string | null, bytes: number | null }>(`
+      SELECT a.n, a.sha256, a.size,
+        (SELECT encode(sha256(string_agg(c.data, ''::bytea ORDER BY c.seq)), 'hex') FROM attachment_chunks c WHERE c.upload_id = a.upload_id AND c.message_id = a.message_id) AS stored,
+        (SELECT sum(length(c.data))::int FROM attachment_chunks c WHERE c.upload_id = a.upload_id) AS bytes
+      FROM attachments a JOIN messages m ON m.id = a.message_id WHERE m.sender = 'writer'`)
+    t.ok(rows.length > 0, `${rows.length} stored attachments`)
+    t.same(rows.filter((r) => r.stored !== r.sha256 || r.bytes !== r.size), [], 'each one\'s chunks hash to its SHA-256')
+    const orphans = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM attachment_chunks WHERE message_id IS NULL')
+    t.ok(orphans.rows[0]!.n > 0, `the cut-off upload left ${orphans.rows[0]!.n} unclaimed chunks`)
+    // Not yet: a live upload on another instance may still be sending.
+    const database = await connectPostgres(env.DATABASE_URL!, 1)
+    t.teardown(() => database.close())
+    t.equal(await createAttachmentStore(database.db).sweep(), 0, 'fresh staged chunks are kept')
+    await client.query("UPDATE attachment_chunks SET staged_at = now() - interval '2 hours' WHERE message_id IS NULL")
+    t.equal(await createAttachmentStore(database.db).sweep(), orphans.rows[0]!.n, 'an hour later they are swept')
+    const claimed = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM attachment_chunks WHERE message_id IS NOT NULL')
+    t.equal(claimed.rows[0]!.n, rows.length, 'every claimed chunk stays')
   })
 
   await t.test('the restarted server takes new sends', async (t) => {

@@ -19,7 +19,7 @@ const ROUTES: [method: 'GET' | 'POST' | 'DELETE', template: string][] = [
   ['POST', '/v2/message/status'], ['POST', '/v2/message/typing'], ['DELETE', '/v2/message/typing/:recipient'],
   ['GET', '/v2/metadata/:entity'], ['POST', '/v2/metadata/:entity'],
   ['GET', '/v2/roster'], ['POST', '/v2/roster'], ['DELETE', '/v2/roster/:entity'],
-  ['POST', '/v2/search']
+  ['POST', '/v2/search'], ['GET', '/v2/conversations']
 ]
 
 const CODES = ['UNAUTHORIZED', 'FORBIDDEN', 'NOT_FOUND', 'VALIDATION_FAILED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE',

@@ -2,7 +2,7 @@ import { ApiError, createApi, type Api, type Credentials } from './api.js'
 import { Conversations, isGroupId, type Conversation } from './conversations.js'
 import { byId, el, formatSize, formatTime } from './dom.js'
 import { clearCredentials, loadCredentials, saveCredentials } from './session.js'
-import type { DeliveryStatus, FeedEvent, Group, Message } from './types.js'
+import type { DeliveryStatus, FeedEvent, Message } from './types.js'
 
 const TICKS: Record<DeliveryStatus, string> = { sent: '✓', delivered: '✓✓', read: '✓✓' }
 const TYPING_EVERY_MS = 5_000
@@ -148,10 +148,10 @@ async function follow (s: Session): Promise<void> {
 }
 
 function handle (s: Session, event: FeedEvent, live: boolean): void {
-  const data = event.data
+  // Each case narrows the event union (the generated client's types), so data needs no casts.
   switch (event.type) {
     case 'message.received': {
-      const message = data.message as Message
+      const message = event.data.message
       const { conversation, added } = s.conversations.add(message)
       if (isGroupId(conversation.id) && conversation.title === conversation.id) void nameGroup(s, conversation.id)
       if (!added || message.sender === s.me) break
@@ -164,34 +164,33 @@ function handle (s: Session, event: FeedEvent, live: boolean): void {
       break
     }
     case 'message.status': {
-      s.conversations.setStatus(data.message as string, data.recipient as string, data.status as DeliveryStatus)
-      if (live) updateTicks(data.message as string)
+      s.conversations.setStatus(event.data.message, event.data.recipient, event.data.status)
+      if (live) updateTicks(event.data.message)
       break
     }
     case 'message.deleted': {
-      const conversation = s.conversations.remove(data.message as string)
+      const conversation = s.conversations.remove(event.data.message)
       if (conversation !== undefined && live) refresh(conversation.id)
       break
     }
     case 'typing.started':
     case 'typing.stopped': {
-      const to = data.to as string
-      const from = data.from as string
+      const { to, from } = event.data
       const conversation = s.conversations.get(isGroupId(to) ? to : from)
-      if (event.type === 'typing.started') conversation.typing.set(from, Date.parse(data.expiresAt as string))
+      if (event.type === 'typing.started') conversation.typing.set(from, Date.parse(event.data.expiresAt))
       else conversation.typing.delete(from)
       if (live) renderTyping()
       break
     }
     case 'group.created':
     case 'group.updated': {
-      const group = data.group as Group
+      const group = event.data.group
       s.conversations.get(group.id).title = group.name
       if (live) renderConversations()
       break
     }
     case 'group.deleted': {
-      const conversation = s.conversations.get(data.group as string)
+      const conversation = s.conversations.get(event.data.group)
       conversation.title = `${conversation.title} (deleted)`
       if (live) renderConversations()
       break
@@ -235,7 +234,7 @@ async function open (id: string): Promise<void> {
 async function loadHistory (s: Session, conversation: Conversation): Promise<void> {
   try {
     const page = await s.api.conversation(conversation.id)
-    for (const result of page.results) if (result.message !== undefined) s.conversations.add(result.message)
+    for (const result of page.results) if (result.type === 'message') s.conversations.add(result.message)
     // Delivery status of own messages, newest few.
     const own = s.conversations.thread(conversation.id).filter((m) => m.sender === s.me).slice(-20)
     await Promise.all(own.map(async (m) => {

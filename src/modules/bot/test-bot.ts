@@ -1,12 +1,14 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
+import { and, asc, eq, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { transaction } from '../../db/retry.js'
 import type { EventBus } from '../events/event-bus.js'
 import { events } from '../events/events.table.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.js'
-import { deliverMessage } from '../messages/send-message.js'
+import { deliverMessage, RecipientDeactivated } from '../messages/send-message.js'
+import { NotFound } from '../../errors.js'
 import { loggableError } from '../../plugins/errors.js'
 
 const BATCH = 20
@@ -24,27 +26,43 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
   let loop: Promise<void> | undefined
   let current: { cancel(): void } | undefined
 
-  async function answerBatch (): Promise<number> {
-    return db.transaction(async (tx) => {
-      const claimed = await tx.select({ seq: events.seq, data: events.data }).from(events)
+  /**
+   * Claims and answers one message in its own short transaction. A batch in one transaction
+   * locked its senders' user rows in batch order while group fan-out locks them in address
+   * order: the two deadlocked (#12), and bot instances deadlocked each other. One message per
+   * transaction locks one sender's row (its reply and its read receipt both go to that feed),
+   * so there is no second lock to take out of order; SKIP LOCKED lets instances share the
+   * queue. Returns whether there was a message.
+   */
+  async function answerOne (): Promise<boolean> {
+    return transaction(db, async (tx) => {
+      const [claimed] = await tx.select({ seq: events.seq, data: events.data }).from(events)
         .where(and(eq(events.address, address), eq(events.type, 'message.received'), isNull(events.ackedAt)))
         .orderBy(asc(events.seq))
-        .limit(BATCH)
+        .limit(1)
         .for('update', { skipLocked: true })
-      if (claimed.length === 0) return 0
+      if (claimed === undefined) return false
       await tx.update(events).set({ ackedAt: sql`now()` })
-        .where(and(eq(events.address, address), inArray(events.seq, claimed.map((c) => c.seq))))
-      const messages = createMessagesRepository(tx)
-      for (const { data } of claimed) {
-        const original = (data as { message: Message }).message
-        if (original.sender === address) continue
-        // Still there? A message deleted before the bot got to it gets no answer.
-        if (await messages.find(original.id) === undefined) continue
+        .where(and(eq(events.address, address), eq(events.seq, claimed.seq)))
+      const original = (claimed.data as { message: Message }).message
+      if (original.sender === address) return true
+      // Still there? A message deleted before the bot got to it gets no answer.
+      if (await createMessagesRepository(tx).find(original.id) === undefined) return true
+      try {
         await deliverMessage(tx, { sender: address, recipient: original.sender, body: `echo: ${original.body}`, files: [] })
-        await advanceStatus(tx, original, address, 'read')
+      } catch (err) {
+        // A sender deactivated since (or gone) gets no reply; the statement wrote nothing.
+        if (!(err instanceof RecipientDeactivated || err instanceof NotFound)) throw err
       }
-      return claimed.length
+      await advanceStatus(tx, original, address, 'read')
+      return true
     })
+  }
+
+  async function answerBatch (): Promise<number> {
+    let answered = 0
+    while (answered < BATCH && await answerOne()) answered++
+    return answered
   }
 
   async function run (): Promise<void> {

@@ -120,9 +120,16 @@ export function createEventsRepository (db: Db) {
         : and(eq(events.address, address), lte(events.seq, upTo)))
     },
 
-    /** Erases every feed's copy of a message (message.received carries its body). */
-    async eraseMessage (messageId: string): Promise<void> {
-      await db.delete(events).where(and(eq(events.messageId, messageId), eq(events.type, 'message.received')))
+    /**
+     * Erases every feed's copy of a message (message.received carries its body), or only
+     * `address`'s feed's copy (a recipient hiding it).
+     */
+    async eraseMessage (messageId: string, address?: string): Promise<void> {
+      await db.delete(events).where(and(
+        eq(events.messageId, messageId),
+        eq(events.type, 'message.received'),
+        address === undefined ? undefined : eq(events.address, address)
+      ))
     },
 
     /** Retention: acknowledged events after 7 days, any event after 30, lapsed typing at once. */

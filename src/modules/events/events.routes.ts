@@ -14,12 +14,13 @@ export interface EventsRoutesOptions {
   metrics: Metrics
   /** Long-polls one API key may hold waiting at once in this process. */
   maxWaitingPerKey: number
+  /** Waiting long-polls and open event streams per API key: one count shared with GET /events/stream. */
+  waitingByKey?: Map<string, number>
 }
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, metrics, maxWaitingPerKey }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, metrics, maxWaitingPerKey, waitingByKey = new Map<string, number>() }) => {
   const events = createEventsRepository(db)
   let waiting = 0
-  const waitingByKey = new Map<string, number>()
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
 
   app.get('/events', {
@@ -27,7 +28,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
       tags: ['events'],
       summary: 'Read the caller\'s events feed',
       description: 'Unacknowledged events with id > after, oldest first. With wait, an empty answer is held until an event ' +
-        'arrives (from any instance) or wait seconds pass. Following after = last never skips an event.',
+        'arrives (from any instance) or wait seconds pass. Following after = last never skips an event. A key may hold ' +
+        'MAX_LONG_POLLS_PER_KEY (default 10) waiting requests and event streams at once; past that, 429 RATE_LIMITED.',
       querystring: ListEventsQuery,
       response: { 200: EventList, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
@@ -49,7 +51,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
       const held = waitingByKey.get(keyId) ?? 0
       if (held >= maxWaitingPerKey) {
         subscription.cancel()
-        throw new RateLimited(`At most ${maxWaitingPerKey} long-polls may wait at once per API key; retry without wait or after one returns`)
+        // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
+        throw new RateLimited()
       }
       const gone = new Promise<boolean>((resolve) => req.raw.once('close', () => resolve(false)))
       waiting++

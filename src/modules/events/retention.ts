@@ -3,6 +3,7 @@ import { lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { idempotencyKeys } from '../messages/idempotency.table.js'
+import { createAttachmentStore } from '../messages/attachment-store.js'
 import { createQuotaRepository } from '../quota/quota.repository.js'
 import { createEventsRepository } from './events.repository.js'
 import { loggableError } from '../../plugins/errors.js'
@@ -13,7 +14,8 @@ const RETENTION_LOCK_KEY = 0x70726574
 
 /**
  * Purges what the contract says is kept only for a while: acknowledged events after 7 days,
- * any event after 30, Idempotency-Keys after 24 h, quota counts of past days. Every instance
+ * any event after 30, Idempotency-Keys after 24 h, quota counts of past days, upload chunks
+ * no send claimed within STAGED_TTL_MS. Every instance
  * tries on a timer; a transaction-scoped advisory lock keeps sweeps from overlapping, and a
  * row recording the last sweep lets only the first instance of each period do the work.
  */
@@ -30,6 +32,8 @@ export async function purgeExpired (db: Db, minIntervalMs = 0): Promise<{ ran: b
     const purged = await createEventsRepository(tx).purge()
     await tx.delete(idempotencyKeys).where(lte(idempotencyKeys.createdAt, sql`now() - interval '24 hours'`))
     await createQuotaRepository(tx).purge()
+    // Chunks of uploads that a crash (SIGKILL mid-upload) left unclaimed.
+    await createAttachmentStore(tx).sweep()
     return { ran: true, events: purged }
   })
 }

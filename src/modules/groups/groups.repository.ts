@@ -1,7 +1,8 @@
-import { and, asc, eq, ilike, inArray, sql } from 'drizzle-orm'
+import { and, asc, eq, ilike, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { likePattern } from '../../db/like.js'
 import { newId } from '../../ids.js'
+import { users } from '../users/users.table.js'
 import { groupMembers, groups, type GroupRow } from './groups.table.js'
 
 export interface Group {
@@ -58,6 +59,14 @@ export function createGroupsRepository (db: Db) {
     async members (id: string): Promise<string[]> {
       const rows = await db.select({ address: groupMembers.address }).from(groupMembers)
         .where(eq(groupMembers.groupId, id)).orderBy(asc(groupMembers.address))
+      return rows.map((r) => r.address)
+    },
+
+    /** Members a message reaches: those whose user an operator has not deactivated. */
+    async activeMembers (id: string): Promise<string[]> {
+      const rows = await db.select({ address: groupMembers.address }).from(groupMembers)
+        .innerJoin(users, eq(users.address, groupMembers.address))
+        .where(and(eq(groupMembers.groupId, id), isNull(users.deactivatedAt))).orderBy(asc(groupMembers.address))
       return rows.map((r) => r.address)
     },
 

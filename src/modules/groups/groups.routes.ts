@@ -5,8 +5,8 @@ import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.j
 import { CreateGroupBody, GroupParams, GroupSchema, MembersBody, RenameGroupBody } from './groups.schemas.js'
 import { createGroupsService } from './groups.service.js'
 
-export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
-  const service = createGroupsService(db)
+export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: number }> = async (app, { db, maxGroupMembers }) => {
+  const service = createGroupsService(db, maxGroupMembers)
   const answers = (...statuses: number[]) => ({ 200: GroupSchema, ...errorResponses(...AUTHENTICATED_ERRORS, ...statuses) })
 
   app.post('/group', {

@@ -9,14 +9,21 @@ const READY_TIMEOUT_MS = 2_000
 
 const Status = Type.Object({ status: Type.String() })
 
-/** For operators and orchestrators: liveness, readiness of the database, metrics. No auth. */
-export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metrics: Metrics }> = async (app, { database, metrics }) => {
+// Every route, these too, answers 400 to a malformed URL (app.ts frameworkErrors).
+
+export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
+
+/**
+ * For operators and orchestrators: liveness, readiness of the database, and metrics (here,
+ * unless METRICS_PORT serves them on a listener of their own). No auth.
+ */
+export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metrics: Metrics, serveMetrics: boolean }> = async (app, { database, metrics, serveMetrics }) => {
   app.get('/healthz', {
-    schema: { tags: ['operations'], summary: 'The process is running', response: { 200: Status } }
+    schema: { tags: ['operations'], summary: 'The process is running', response: { 200: Status, ...errorResponses(400) } }
   }, async () => ({ status: 'ok' }))
 
   app.get('/readyz', {
-    schema: { tags: ['operations'], summary: 'The database answers', response: { 200: Status, ...errorResponses(503) } }
+    schema: { tags: ['operations'], summary: 'The database answers', response: { 200: Status, ...errorResponses(400, 503) } }
   }, async () => {
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<never>((_resolve, reject) => {
@@ -32,7 +39,8 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metri
     return { status: 'ready' }
   })
 
+  if (!serveMetrics) return
   app.get('/metrics', {
     schema: { tags: ['operations'], summary: 'Prometheus metrics (text exposition format)', hide: true }
-  }, async (_req, reply) => reply.type('text/plain; version=0.0.4; charset=utf-8').send(metrics.render()))
+  }, async (_req, reply) => reply.type(METRICS_CONTENT_TYPE).send(await metrics.render()))
 }

@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client.js'
-import type { ApiKeyRow } from './keys.table.js'
-import { createKeysRepository } from './keys.repository.js'
+import { createKeysRepository, type KeyForAuth } from './keys.repository.js'
+import { isScope, type Scope } from './scopes.js'
 import { secretMatches } from './secrets.js'
 
 /** Who a verified request acts as. */
@@ -9,24 +9,42 @@ export interface Principal {
   address: string
   /** The key's daily message quota: its own override, else the configured default. */
   dailyQuota: number
+  scopes: Scope[]
 }
+
+const KEY_ID = /^key_[0-9a-z]{26}$/
+// Compared against when the id is unknown; no secret hashes to it (it is not a SHA-256 of anything known).
+const UNKNOWN_KEY_HASH = '0'.repeat(64)
+
+/** How often one process records that a key was used: a write per key a minute at most. */
+export const LAST_USED_EVERY_MS = 60_000
 
 /** How long a key read from the database is trusted: a revocation or quota change lands within this. */
 export const KEY_CACHE_MS = 5_000
 const MAX_CACHED_KEYS = 10_000
 
-interface Cached { row: ApiKeyRow, until: number }
+interface Cached { row: KeyForAuth, until: number }
 
 /**
  * Verifies key id and secret against the stored hash. Keys found are cached for at most
  * KEY_CACHE_MS so a busy key costs one query per 5 s; unknown ids are not cached, so a key
  * created a moment ago works at once.
  */
-export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () => number = Date.now) {
+export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () => number = Date.now, onError: (err: unknown) => void = () => {}) {
   const keys = createKeysRepository(db)
   const cache = new Map<string, Cached>()
+  const lastTouched = new Map<string, number>()
 
-  async function lookup (keyId: string): Promise<ApiKeyRow | undefined> {
+  /** lastUsedAt, written in the background and at most once a minute per key. */
+  function touch (keyId: string): void {
+    const at = now()
+    if ((lastTouched.get(keyId) ?? -Infinity) > at - LAST_USED_EVERY_MS) return
+    if (lastTouched.size >= MAX_CACHED_KEYS) lastTouched.clear()
+    lastTouched.set(keyId, at)
+    keys.touch(keyId).catch(onError)
+  }
+
+  async function lookup (keyId: string): Promise<KeyForAuth | undefined> {
     const hit = cache.get(keyId)
     if (hit !== undefined && hit.until > now()) return hit.row
     const row = await keys.findForAuth(keyId)
@@ -41,15 +59,21 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
 
   return {
     async authenticate (keyId: string, secret: string): Promise<Principal | undefined> {
-      if (keyId.length === 0 || keyId.length > 64) return undefined
+      // Not a key id this service issues: refused without asking the database.
+      if (!KEY_ID.test(keyId)) return undefined
       const row = await lookup(keyId)
-      if (row === undefined || row.revokedAt !== null) return undefined
-      if (!secretMatches(secret, row.secretHash)) return undefined
-      return { keyId: row.id, address: row.address, dailyQuota: row.dailyQuota ?? defaultDailyQuota }
+      // An unknown id costs the same hash and comparison as a wrong secret.
+      const matches = secretMatches(secret, row?.secretHash ?? UNKNOWN_KEY_HASH)
+      if (row === undefined || !matches) return undefined
+      if (row.revokedAt !== null || row.userDeactivatedAt !== null) return undefined
+      if (row.expiresAt !== null && row.expiresAt.getTime() <= now()) return undefined
+      touch(row.id)
+      return { keyId: row.id, address: row.address, dailyQuota: row.dailyQuota ?? defaultDailyQuota, scopes: row.scopes.filter(isScope) }
     },
     /** Forgets cached keys (tests, and after this process changes a key itself). */
     clear (): void {
       cache.clear()
+      lastTouched.clear()
     }
   }
 }

@@ -1,7 +1,9 @@
-import { asc, eq } from 'drizzle-orm'
+import { asc, eq, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
+import { users } from '../users/users.table.js'
 import { apiKeys, type ApiKeyRow } from './keys.table.js'
+import { DEFAULT_SCOPES, type Scope } from './scopes.js'
 import { hashSecret, newKeyId, newSecret } from './secrets.js'
 
 export interface CreatedKey {
@@ -12,22 +14,64 @@ export interface CreatedKey {
 
 export type ApiKey = Omit<ApiKeyRow, 'secretHash'>
 
+/** A key as authentication sees it: with its hash, and whether its user is deactivated. */
+export type KeyForAuth = ApiKeyRow & { userDeactivatedAt: Date | null }
+
+export interface KeyOptions {
+  dailyQuota?: number | null
+  scopes?: Scope[]
+  expiresAt?: Date | null
+}
+
 const publicColumns = {
   id: apiKeys.id,
   address: apiKeys.address,
   dailyQuota: apiKeys.dailyQuota,
+  scopes: apiKeys.scopes,
   createdAt: apiKeys.createdAt,
-  revokedAt: apiKeys.revokedAt
+  revokedAt: apiKeys.revokedAt,
+  expiresAt: apiKeys.expiresAt,
+  lastUsedAt: apiKeys.lastUsedAt
 }
 
 export function createKeysRepository (db: Db) {
   return {
     /** Creates a key for an existing user; stores only the secret's SHA-256. */
-    async create (address: string, dailyQuota: number | null = null): Promise<CreatedKey> {
+    async create (address: string, dailyQuota: number | null = null, options: Omit<KeyOptions, 'dailyQuota'> = {}): Promise<CreatedKey & { key: ApiKey }> {
       const keyId = newKeyId()
       const secret = newSecret()
-      await db.insert(apiKeys).values({ id: keyId, address: address.toLowerCase(), secretHash: hashSecret(secret), dailyQuota })
-      return { keyId, secret }
+      const [key] = await db.insert(apiKeys).values({
+        id: keyId,
+        address: address.toLowerCase(),
+        secretHash: hashSecret(secret),
+        dailyQuota,
+        scopes: [...new Set(options.scopes ?? DEFAULT_SCOPES)],
+        expiresAt: options.expiresAt ?? null
+      }).returning(publicColumns)
+      return { keyId, secret, key: key! }
+    },
+
+    async find (keyId: string): Promise<ApiKey | undefined> {
+      const [row] = await db.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
+      return row
+    },
+
+    /** Changes a key's scopes, quota override or expiry (what is given); NotFound if there is no such key. */
+    async update (keyId: string, changes: KeyOptions): Promise<ApiKey> {
+      const set: Partial<typeof apiKeys.$inferInsert> = {}
+      if (changes.scopes !== undefined) set.scopes = [...new Set(changes.scopes)]
+      if (changes.dailyQuota !== undefined) set.dailyQuota = changes.dailyQuota
+      if (changes.expiresAt !== undefined) set.expiresAt = changes.expiresAt
+      const [row] = Object.keys(set).length === 0
+        ? await db.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
+        : await db.update(apiKeys).set(set).where(eq(apiKeys.id, keyId)).returning(publicColumns)
+      if (row === undefined) throw new NotFound('key', keyId)
+      return row
+    },
+
+    /** Records that a key was used (callers rate-limit this: it is a write). */
+    async touch (keyId: string): Promise<void> {
+      await db.update(apiKeys).set({ lastUsedAt: sql`now()` }).where(eq(apiKeys.id, keyId))
     },
 
     /** Keys, newest last, without their hashes; all of them, or one user's. */
@@ -37,10 +81,12 @@ export function createKeysRepository (db: Db) {
       return filtered.orderBy(asc(apiKeys.createdAt), asc(apiKeys.id))
     },
 
-    /** What authentication needs: the hash, the owner, the quota and whether it is revoked. */
-    async findForAuth (keyId: string): Promise<ApiKeyRow | undefined> {
-      const [row] = await db.select().from(apiKeys).where(eq(apiKeys.id, keyId))
-      return row
+    /** What authentication needs: the hash, the owner and its state, the quota, scopes, revocation and expiry. */
+    async findForAuth (keyId: string): Promise<KeyForAuth | undefined> {
+      const [row] = await db.select({ key: apiKeys, userDeactivatedAt: users.deactivatedAt })
+        .from(apiKeys).innerJoin(users, eq(users.address, apiKeys.address))
+        .where(eq(apiKeys.id, keyId))
+      return row === undefined ? undefined : { ...row.key, userDeactivatedAt: row.userDeactivatedAt }
     },
 
     async count (): Promise<number> {

@@ -1,25 +1,37 @@
 import type { Db } from '../../db/client.js'
+import { NotFound } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 
 /**
- * DELETE /message/{id}. The sender erases it for everyone in one transaction: the message,
- * its files and delivery rows, every feed's copy of its body, and a message.deleted event to
- * each recipient. A recipient only hides it from itself.
+ * DELETE /message/{id}. The sender erases it for everyone in one transaction: every feed's
+ * copy of its body, the message with its files and delivery rows, and a message.deleted event
+ * to each recipient. A recipient hides it from itself and, in the same transaction, erases its
+ * own feed's copy of the body.
+ *
+ * Rows are locked in one order everywhere, events before the message and its deliveries (as
+ * the test bot does: its feed's events, then the delivery it marks read), so a delete never
+ * deadlocks a hide, another delete or the bot.
  */
 export async function deleteMessage (db: Db, id: string, address: string): Promise<void> {
   const { role } = await readableMessage(createMessagesRepository(db), id, address)
-  if (role === 'recipient') {
-    await createMessagesRepository(db).hide(id, address)
-    return
-  }
   await db.transaction(async (tx) => {
     const messages = createMessagesRepository(tx)
-    const recipients = (await messages.deliveries(id)).map((d) => d.recipient)
     const events = createEventsRepository(tx)
+    if (role === 'recipient') {
+      await events.eraseMessage(id, address)
+      await messages.hide(id, address)
+      return
+    }
     await events.eraseMessage(id)
-    await messages.remove(id)
+    // Of racing deletes only the one that removed the row tells the recipients; the others
+    // found it gone, as a delete after it would.
+    const recipients = await messages.remove(id)
+    if (recipients === undefined) throw new NotFound('message', id)
+    // Metadata about the message goes with it, in this transaction.
+    await createMetadataRepository(tx).remove(id)
     await events.append(recipients.map((recipient) => ({ address: recipient, type: 'message.deleted', data: { message: id } })))
   })
 }

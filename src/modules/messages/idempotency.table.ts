@@ -1,17 +1,17 @@
 import { index, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
-import { messages } from './messages.table.js'
 
 /**
- * Idempotency-Key of a send, per API key, kept 24 h. Points at the message it made, so a
- * replay answers that message; deleting the message for everyone deletes the record too.
+ * Idempotency-Key of a send, per API key, kept 24 h. Names the message it made, so a replay
+ * answers that message. Deliberately no foreign key: the record outlives its message's
+ * deletion, so a retry after deletion is answered 404 rather than sending the message again.
  */
 export const idempotencyKeys = pgTable('idempotency_keys', {
   keyId: text('key_id').notNull(),
   idempotencyKey: text('idempotency_key').notNull(),
   // SHA-256 over the send's fields (attachments by their own hashes).
   requestHash: text('request_hash').notNull(),
-  messageId: text('message_id').notNull().references(() => messages.id, { onDelete: 'cascade' }),
+  messageId: text('message_id').notNull(),
   createdAt: timestamptz('created_at').notNull().defaultNow()
 }, (t) => [
   primaryKey({ columns: [t.keyId, t.idempotencyKey] }),

@@ -13,7 +13,11 @@ export async function readableMessage (messages: MessagesRepository, id: string,
   if (row === undefined) throw new NotFound('message', id)
   if (row.sender === address) return { row, role: 'sender' }
   const delivery = await messages.delivery(id, address)
-  if (delivery === undefined) throw new Forbidden(`message ${id} is visible only to its sender and recipients`)
+  if (delivery === undefined) {
+    // Deleted between the two reads (its deliveries went with it): gone, not forbidden.
+    if (await messages.find(id) === undefined) throw new NotFound('message', id)
+    throw new Forbidden(`message ${id} is visible only to its sender and recipients`)
+  }
   if (delivery.hiddenAt !== null) throw new NotFound('message', id)
   return { row, role: 'recipient' }
 }

@@ -1,5 +1,6 @@
 import { and, asc, eq, inArray, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { queryRows } from '../../db/rows.js'
 import type { Message } from './messages.schemas.js'
 import { attachments, deliveries, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
 
@@ -7,7 +8,10 @@ const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 
 type AttachmentMeta = Message['attachments'][number]
 
-export function toMessage (row: MessageRow, files: AttachmentMeta[]): Message {
+/** What the wire form of a message is made from: a stored row, or any query's equivalent. */
+export type MessageFields = Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'body' | 'createdAt'>
+
+export function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
   return {
     id: row.id,
     sender: row.sender,
@@ -20,7 +24,7 @@ export function toMessage (row: MessageRow, files: AttachmentMeta[]): Message {
 
 export function createMessagesRepository (db: Db) {
   /** Wire forms of many stored messages, their attachments read in one query. */
-  async function viewMany (rows: MessageRow[]): Promise<Message[]> {
+  async function viewMany (rows: MessageFields[]): Promise<Message[]> {
     if (rows.length === 0) return []
     const files = await db.select({ messageId: attachments.messageId, index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
       .from(attachments).where(inArray(attachments.messageId, rows.map((r) => r.id))).orderBy(asc(attachments.messageId), asc(attachments.n))
@@ -34,7 +38,7 @@ export function createMessagesRepository (db: Db) {
     },
 
     /** The wire form of a stored message, attachments listed without their bytes. */
-    async view (row: MessageRow): Promise<Message> {
+    async view (row: MessageFields): Promise<Message> {
       const [message] = await viewMany([row])
       return message!
     },
@@ -55,9 +59,18 @@ export function createMessagesRepository (db: Db) {
       return db.select().from(deliveries).where(eq(deliveries.messageId, messageId)).orderBy(asc(deliveries.recipient))
     },
 
-    /** Erases the message for everyone: its row, files and delivery rows go (by cascade). */
-    async remove (id: string): Promise<void> {
-      await db.delete(messages).where(eq(messages.id, id))
+    /**
+     * Erases the message for everyone: its row, files and delivery rows go (by cascade).
+     * Answers the recipients it had, or undefined when it was already gone: of racing
+     * deletes, only the one that removed the row gets them (the others wait on its row lock,
+     * then find nothing to delete).
+     */
+    async remove (id: string): Promise<string[] | undefined> {
+      const [row] = await queryRows<{ recipients: string[] | null }>(db, sql`
+        WITH gone AS (DELETE FROM ${messages} WHERE ${messages.id} = ${id} RETURNING id)
+        SELECT array(SELECT ${deliveries.recipient} FROM ${deliveries} WHERE ${deliveries.messageId} IN (SELECT id FROM gone) ORDER BY 1) AS recipients
+        WHERE EXISTS (SELECT 1 FROM gone)`)
+      return row === undefined ? undefined : row.recipients ?? []
     },
 
     /** Hides the message from one recipient only. */

@@ -2,11 +2,14 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import type { Metrics } from '../../metrics.js'
-import { NotFound, ValidationFailed } from '../../errors.js'
+import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { UploadedFile } from '../../plugins/uploads.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { quotaHeaders } from '../quota/quota.repository.js'
+import { Readable } from 'node:stream'
+import { CHUNK_BYTES, createAttachmentStore, type AttachmentStore } from './attachment-store.js'
+import { parseRange } from './byte-range.js'
 import { contentDisposition } from './content-disposition.js'
 import { deleteMessage } from './delete-message.js'
 import { readableMessage } from './message-access.js'
@@ -26,6 +29,7 @@ export interface MessagesRoutesOptions {
 
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics }) => {
   const messages = createMessagesRepository(db)
+  const store = createAttachmentStore(db)
 
   app.post('/message', {
     config: { acceptsFiles: true },
@@ -33,7 +37,12 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       tags: ['messages'],
       summary: 'Send a message',
       description: 'To a user address or a group id, as JSON, a form, or multipart/form-data with `attachment` file parts. ' +
-        'Counts against the key\'s daily quota (X-Quota-* headers). With Idempotency-Key, a retry answers the original message.',
+        'Counts against the key\'s daily quota (X-Quota-* headers). With Idempotency-Key (kept 24 h per API key), a retry ' +
+        'with the same fields answers the original message (Idempotent-Replayed: true), sends nothing and counts no quota; ' +
+        'with other fields 422 IDEMPOTENCY_MISMATCH; while the first send is still in flight 409 IDEMPOTENCY_IN_PROGRESS ' +
+        '(retry shortly); after its sender deleted that message 404 NOT_FOUND ("message msg_… sent with this ' +
+        'Idempotency-Key was deleted"), sending nothing and counting no quota: the erased body cannot be answered, and a ' +
+        'new send would break the promise that a retry sends nothing new.',
       consumes: ['application/json', 'application/x-www-form-urlencoded', 'multipart/form-data'],
       headers: SendMessageHeaders,
       body: sendMessageBody(maxBodyChars),
@@ -139,24 +148,63 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     schema: {
       tags: ['messages'],
       summary: 'Download an attachment',
-      description: 'The bytes as uploaded, with their Content-Type. Same access as the message.',
+      description: 'The bytes as uploaded, with their Content-Type, streamed. Same access as the message. ' +
+        'One `Range: bytes=…` answers 206 with Content-Range (416 past the end); If-None-Match with the ETag answers 304.',
       params: AttachmentParams,
       response: {
-        200: Type.Unsafe<Buffer>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type' }),
-        ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404)
+        200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
+        206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
+        304: Type.Null({ description: 'If-None-Match matched the ETag' }),
+        ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
       }
     }
   }, async (req, reply) => {
-    const { message, n } = req.params
+    const { message } = req.params
+    const n = Number(req.params.n)
     await readableMessage(messages, message, principalOf(req).address)
     const file = await messages.attachment(message, n)
     if (file === undefined) throw new NotFound('attachment', `${n} of message ${message}`)
-    return reply
-      .header('content-type', file.contentType)
-      .header('content-length', String(file.data.length))
+    const etag = `"${file.sha256}"`
+    reply
+      .header('etag', etag)
+      .header('accept-ranges', 'bytes')
       .header('content-disposition', contentDisposition(file.filename))
       .header('x-content-type-options', 'nosniff')
       .header('cache-control', 'private, no-store')
-      .send(file.data)
+    const ifNoneMatch = req.headers['if-none-match']
+    if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => [etag, `W/${etag}`, '*'].includes(tag.trim()))) {
+      return reply.code(304).send(null)
+    }
+    const range = parseRange(req.headers.range, file.size)
+    if (range === 'unsatisfiable') {
+      throw new AppError(416, 'RANGE_NOT_SATISFIABLE', `range: ${JSON.stringify(req.headers.range)} lies outside the attachment's ${file.size} bytes`,
+        { 'content-range': `bytes */${file.size}` })
+    }
+    const { start, end } = range ?? { start: 0, end: file.size - 1 }
+    if (range !== undefined) reply.code(206).header('content-range', `bytes ${start}-${end}/${file.size}`)
+    reply.header('content-type', file.contentType).header('content-length', String(end - start + 1))
+    if (file.size === 0) return reply.send(Buffer.alloc(0))
+    return reply.send(Readable.from(streamChunks(store, file.uploadId, start, end), { objectMode: false }))
   })
+}
+
+/** Chunks read per query on download: 1 MiB, one short query with the connection released between. */
+const CHUNKS_PER_READ = 4
+
+/**
+ * Bytes `start`..`end` of a stored file, read a few chunks per query as the client takes them
+ * (Readable.from pulls on demand, so a slow reader holds neither memory nor a connection).
+ */
+async function * streamChunks (store: AttachmentStore, uploadId: string, start: number, end: number): AsyncGenerator<Buffer> {
+  const last = Math.floor(end / CHUNK_BYTES)
+  for (let seq = Math.floor(start / CHUNK_BYTES); seq <= last; seq += CHUNKS_PER_READ) {
+    const to = Math.min(last, seq + CHUNKS_PER_READ - 1)
+    const chunks = await store.read(uploadId, seq, to)
+    // The message was deleted mid-download: end the response short rather than send garbage.
+    if (chunks.length !== to - seq + 1) throw new Error(`attachment ${uploadId} lost chunks ${seq}..${to} mid-download`)
+    for (const [i, chunk] of chunks.entries()) {
+      const offset = (seq + i) * CHUNK_BYTES
+      yield chunk.subarray(Math.max(0, start - offset), Math.min(chunk.length, end - offset + 1))
+    }
+  }
 }

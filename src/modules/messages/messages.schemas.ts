@@ -28,7 +28,9 @@ export const MessageParams = Type.Object({
 
 export const AttachmentParams = Type.Object({
   message: Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message id (msg_…)' }),
-  n: Type.Integer({ minimum: 1, maximum: 1000, description: 'Attachment position, from 1' })
+  // A string of canonical digits, not an integer: Ajv would coerce `01`, `1e0`, ` 1` and `+1`
+  // to 1, giving one file many URLs (and caches many keys). Anything else answers 400.
+  n: Type.String({ pattern: '^[1-9][0-9]{0,3}$', description: 'Attachment position, from 1, in canonical digits (no sign, no leading zero)' })
 })
 
 /** The send's fields, one schema for JSON, form and multipart bodies. */

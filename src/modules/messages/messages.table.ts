@@ -30,8 +30,28 @@ export const attachments = pgTable('attachments', {
   contentType: text('content_type').notNull(),
   size: integer('size').notNull(),
   sha256: text('sha256').notNull(),
-  data: bytea('data').notNull()
+  // The file's bytes are its chunks in attachment_chunks under this id.
+  uploadId: text('upload_id').notNull()
 }, (t) => [primaryKey({ columns: [t.messageId, t.n] })])
+
+/**
+ * A file's bytes in fixed-size chunks (CHUNK_BYTES, the last one shorter), staged one short
+ * autocommit insert at a time while the upload streams in, so no connection is held while the
+ * client is still sending. The send claims them by setting message_id in its own statement; from
+ * then on they go with the message by cascade. Unclaimed rows are a refused or aborted upload:
+ * deleted when the request ends, or swept by retention after a crash.
+ */
+export const attachmentChunks = pgTable('attachment_chunks', {
+  uploadId: text('upload_id').notNull(),
+  seq: integer('seq').notNull(),
+  messageId: text('message_id').references(() => messages.id, { onDelete: 'cascade' }),
+  stagedAt: timestamptz('staged_at').notNull().defaultNow(),
+  data: bytea('data').notNull()
+}, (t) => [
+  primaryKey({ columns: [t.uploadId, t.seq] }),
+  index('attachment_chunks_message_idx').on(t.messageId),
+  index('attachment_chunks_unclaimed_idx').on(t.stagedAt).where(sql`message_id IS NULL`)
+])
 
 /** One row per recipient of a message: its delivery status, and whether it hid the message. */
 export const deliveries = pgTable('deliveries', {

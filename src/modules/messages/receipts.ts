@@ -1,5 +1,6 @@
 import type { Db } from '../../db/client.js'
-import { Forbidden } from '../../errors.js'
+import { transaction } from '../../db/retry.js'
+import { Forbidden, NotFound } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
@@ -14,7 +15,14 @@ export interface MessageStatus {
 export async function messageStatus (db: Db, id: string, address: string): Promise<MessageStatus> {
   const messages = createMessagesRepository(db)
   const { role } = await readableMessage(messages, id, address)
-  const rows = role === 'sender' ? await messages.deliveries(id) : [(await messages.delivery(id, address))!]
+  let rows
+  if (role === 'sender') rows = await messages.deliveries(id)
+  else {
+    // Deleted since the access check: the delivery row went with it (#14.4).
+    const own = await messages.delivery(id, address)
+    if (own === undefined) throw new NotFound('message', id)
+    rows = [own]
+  }
   return {
     message: id,
     recipients: rows.map((r) => ({ address: r.recipient, status: r.status, updatedAt: r.updatedAt.toISOString() }))
@@ -44,5 +52,5 @@ export async function reportStatus (db: Db, id: string, address: string, status:
   if (role === 'sender' && await createMessagesRepository(db).delivery(id, address) === undefined) {
     throw new Forbidden(`only a recipient of message ${id} may report its status`)
   }
-  await db.transaction(async (tx) => { await advanceStatus(tx, row, address, status) })
+  await transaction(db, async (tx) => { await advanceStatus(tx, row, address, status) })
 }

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto'
-import { and, eq, gt, lte, sql, type SQL } from 'drizzle-orm'
-import { queryPrepared } from '../../db/rows.js'
+import { and, eq, gt, sql, type SQL } from 'drizzle-orm'
+import { queryPrepared, queryRows } from '../../db/rows.js'
 import type { Db } from '../../db/client.js'
-import { AppError, NotFound, ValidationFailed } from '../../errors.js'
+import { AppError, Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId } from '../../ids.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { notifyCalls } from '../events/events.repository.js'
@@ -16,10 +16,19 @@ import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
+// Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value).
+const IDEMPOTENCY_LOCK_SEED = 0x1de
 
 export class IdempotencyMismatch extends AppError {
   constructor (key: string) {
     super(422, 'IDEMPOTENCY_MISMATCH', `Idempotency-Key ${JSON.stringify(key)} was already used with different fields`)
+  }
+}
+
+/** A message or typing to a user an operator deactivated: refused, naming why (API.md §9). */
+export class RecipientDeactivated extends Forbidden {
+  constructor (address: string) {
+    super(`user ${address} is deactivated and receives nothing`)
   }
 }
 
@@ -33,13 +42,17 @@ export async function resolveRecipients (db: Db, sender: string, recipient: stri
   if (isGroupId(recipient)) {
     const groups = createGroupsRepository(db)
     await memberGroup(groups, recipient, sender, 'share')
-    return { recipient, addresses: (await groups.members(recipient)).filter((a) => a !== sender) }
+    return { recipient, addresses: (await groups.activeMembers(recipient)).filter((a) => a !== sender) }
   }
   const address = recipient.toLowerCase()
   if (!isAddress(address)) {
     throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
   }
-  if (!known && await createUsersRepository(db).find(address) === undefined) throw new NotFound('user', address)
+  if (!known) {
+    const user = await createUsersRepository(db).find(address)
+    if (user === undefined) throw new NotFound('user', address)
+    if (user.deactivatedAt !== null) throw new RecipientDeactivated(address)
+  }
   return { recipient: address, addresses: [address] }
 }
 
@@ -70,7 +83,8 @@ export async function deliverMessage (db: Db, d: Delivery): Promise<{ message: M
   const target = await resolveRecipients(db, d.sender, d.recipient, true)
   const toUser = !isGroupId(target.recipient)
   const { message, files } = newMessage(d, target.recipient)
-  const exists = toUser ? sql`EXISTS (SELECT 1 FROM users WHERE address = ${target.recipient})` : sql`TRUE`
+  const exists = toUser ? sql`EXISTS (SELECT 1 FROM users WHERE address = ${target.recipient} AND deactivated_at IS NULL)` : sql`TRUE`
+  const deactivated = toUser ? sql`EXISTS (SELECT 1 FROM users WHERE address = ${target.recipient} AND deactivated_at IS NOT NULL)` : sql`FALSE`
   const parts: SQL[] = []
   let counted = sql`TRUE`
   if (d.quota !== undefined) {
@@ -88,31 +102,45 @@ export async function deliverMessage (db: Db, d: Delivery): Promise<{ message: M
   parts.push(sql`feed AS (
       UPDATE users SET event_seq = event_seq + 1 WHERE address = ANY(${addressList}::text[])${ordered} AND ${counted}
       RETURNING address, event_seq)`)
+  // The message's time is the database's, and its events' the very same: now() (the
+  // transaction's start) cut to the millisecond the wire form carries (drivers round
+  // microseconds their own way), written as JavaScript's toISOString() does.
+  parts.push(sql`clock AS (
+      SELECT at, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS iso
+      FROM (SELECT date_trunc('milliseconds', now()) AS at) AS t)`)
   parts.push(sql`written AS (
       INSERT INTO messages (id, sender, recipient, body, created_at)
-      SELECT ${message.id}, ${message.sender}, ${target.recipient}, ${message.body}, ${message.createdAt}::timestamptz
+      SELECT ${message.id}, ${message.sender}, ${target.recipient}, ${message.body}, clock.at FROM clock
       WHERE ${counted}${toUser ? sql` AND EXISTS (SELECT 1 FROM feed)` : sql``}
       RETURNING id)`)
   if (files.length > 0) {
-    const rows = sql.join(files.map((f, i) => sql`(${i + 1}::int, ${f.filename}::text, ${f.contentType}::text, ${f.size}::int, ${f.sha256}::text, ${f.data}::bytea)`), sql`, `)
+    // The bytes are already staged, chunk by chunk; the message takes them over here, in the
+    // same statement, so a refused send claims nothing and its chunks are deleted after.
+    const rows = sql.join(files.map((f, i) => sql`(${i + 1}::int, ${f.filename}::text, ${f.contentType}::text, ${f.size}::int, ${f.sha256}::text, ${f.uploadId}::text)`), sql`, `)
     parts.push(sql`files AS (
-      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, data)
-      SELECT written.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.data
-      FROM written, (VALUES ${rows}) AS f(n, filename, content_type, size, sha256, data))`)
+      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, upload_id)
+      SELECT written.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.upload_id
+      FROM written, (VALUES ${rows}) AS f(n, filename, content_type, size, sha256, upload_id))`)
+    parts.push(sql`claimed AS (
+      UPDATE attachment_chunks SET message_id = written.id FROM written
+      WHERE attachment_chunks.upload_id = ANY(${sql.param(files.map((f) => f.uploadId))}::text[]) AND attachment_chunks.message_id IS NULL)`)
   }
   parts.push(sql`delivered AS (INSERT INTO deliveries (message_id, recipient) SELECT written.id, feed.address FROM written, feed)`)
   parts.push(sql`appended AS (
-      INSERT INTO events (address, seq, type, data, message_id)
-      SELECT feed.address, feed.event_seq, 'message.received', ${JSON.stringify({ message })}::jsonb, written.id FROM feed, written)`)
+      INSERT INTO events (address, seq, type, data, message_id, created_at)
+      SELECT feed.address, feed.event_seq, 'message.received', jsonb_set(${JSON.stringify({ message })}::jsonb, '{message,createdAt}', to_jsonb(clock.iso)), written.id, clock.at
+      FROM feed, written, clock)`)
   const notified = notifyCalls(target.addresses).map((call) => sql`CASE WHEN EXISTS (SELECT 1 FROM written) THEN ${call} END`)
-  const [row] = await queryPrepared<{ found: boolean, used: number | null }>(db, sql`
+  const [row] = await queryPrepared<{ found: boolean, deactivated: boolean, used: number | null, created_at: string }>(db, sql`
     WITH ${sql.join(parts, sql`, `)}
-    SELECT ${exists} AS found, ${d.quota === undefined ? sql`NULL::int` : sql`(SELECT count FROM counted)`} AS used${sql.join(notified.map((n) => sql`, ${n}`))}`)
+    SELECT ${exists} AS found, ${deactivated} AS deactivated, ${d.quota === undefined ? sql`NULL::int` : sql`(SELECT count FROM counted)`} AS used,
+      (SELECT iso FROM clock) AS created_at${sql.join(notified.map((n) => sql`, ${n}`))}`)
+  if (row?.deactivated === true) throw new RecipientDeactivated(target.recipient)
   if (row?.found !== true) throw new NotFound('user', target.recipient)
-  return { message, used: d.quota === undefined ? 0 : row.used }
+  return { message: { ...message, createdAt: row.created_at }, used: d.quota === undefined ? 0 : row.used }
 }
 
-/** A new message's wire form (id and time given here), and its files. */
+/** A new message's wire form (its id given here; its time is the database's), and its files. */
 function newMessage (d: Delivery, recipient: string): { message: Message, files: UploadedFile[] } {
   const message: Message = {
     id: newId('msg'),
@@ -120,7 +148,8 @@ function newMessage (d: Delivery, recipient: string): { message: Message, files:
     recipient,
     body: d.body,
     attachments: d.files.map((f, i) => ({ index: i + 1, filename: f.filename, contentType: f.contentType, size: f.size })),
-    createdAt: new Date().toISOString()
+    // Filled in from the statement that writes it (events: in the statement itself).
+    createdAt: ''
   }
   return { message, files: d.files }
 }
@@ -149,13 +178,31 @@ function requestHash (input: SendInput): string {
   })).digest('hex')
 }
 
-/** Raised inside the transaction to roll it back when a racing duplicate committed first. */
-class DuplicateCommitted extends Error {}
+export class IdempotencyInProgress extends AppError {
+  constructor (key: string) {
+    super(409, 'IDEMPOTENCY_IN_PROGRESS', `Idempotency-Key ${JSON.stringify(key)} is in use by a send still in flight; retry once it has finished`)
+  }
+}
+
+export class IdempotentMessageDeleted extends AppError {
+  constructor (messageId: string) {
+    super(404, 'NOT_FOUND', `message ${messageId} sent with this Idempotency-Key was deleted`)
+  }
+}
 
 /**
  * POST /message: one transaction holds the message, its deliveries and events, the
  * Idempotency-Key record and the day's quota count, so a send is either all there (and
  * answered 200 after commit) or not at all.
+ *
+ * With an Idempotency-Key the transaction first tries a transaction-scoped advisory lock on
+ * (API key, Idempotency-Key), before any write or any other lock: a duplicate of a send still
+ * in flight (on any instance) does not get it and is answered 409 at once, never waiting on
+ * the first send's locks (the quota row) nor writing a copy of its own. The holder then looks
+ * the key up: a live record answers the original (replay), a record with other fields 422,
+ * a record whose message its sender deleted 404; no record: it sends and records the key,
+ * and the lock goes with the commit, by which time the record is visible. (PGlite has one
+ * connection, so its transactions run one after another and the lock is always free.)
  */
 export async function sendMessage (db: Db, input: SendInput): Promise<SendResult> {
   const { principal } = input
@@ -165,62 +212,45 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
   const now = new Date()
   const day = utcDay(now)
   const quotaState = (used: number): QuotaState => ({ limit: principal.dailyQuota, used, resetAt: nextUtcMidnight(now) })
-  const hash = input.idempotencyKey === undefined ? undefined : requestHash(input)
-
-  const replay = async (): Promise<SendResult | undefined> => {
-    if (input.idempotencyKey === undefined) return undefined
-    const [earlier] = await db.select().from(idempotencyKeys).where(and(
-      eq(idempotencyKeys.keyId, principal.keyId),
-      eq(idempotencyKeys.idempotencyKey, input.idempotencyKey),
-      gt(idempotencyKeys.createdAt, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS))
-    ))
-    if (earlier === undefined) return undefined
-    if (earlier.requestHash !== hash) throw new IdempotencyMismatch(input.idempotencyKey)
-    const messages = createMessagesRepository(db)
-    const row = await messages.find(earlier.messageId)
-    if (row === undefined) return undefined
-    const used = await createQuotaRepository(db).used(principal.keyId, day)
-    return { message: await messages.view(row), quota: quotaState(used), replayed: true }
-  }
-
-  const earlier = await replay()
-  if (earlier !== undefined) return earlier
-
   const quota = { keyId: principal.keyId, day, limit: principal.dailyQuota }
   const delivery: Delivery = { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files, quota }
-  // Without an Idempotency-Key, a message to a user is one atomic statement: no transaction.
-  if (input.idempotencyKey === undefined && !isGroupId(input.recipient)) {
-    const { message, used } = await deliverMessage(db, delivery)
+  const send = async (tx: Db): Promise<SendResult> => {
+    const { message, used } = await deliverMessage(tx, delivery)
     if (used === null) throw new QuotaExceeded(quotaState(principal.dailyQuota))
     return { message, quota: quotaState(used), replayed: false }
   }
-  try {
-    return await db.transaction(async (tx) => {
-      const { message, used } = await deliverMessage(tx, delivery)
-      if (used === null) throw new QuotaExceeded(quotaState(principal.dailyQuota))
-      if (input.idempotencyKey !== undefined) {
-        // An expired record may be replaced; a live one makes this send a duplicate. A racing
-        // duplicate waits on the insert below until the first commits, then finds the key taken.
-        await tx.delete(idempotencyKeys).where(and(
-          eq(idempotencyKeys.keyId, principal.keyId),
-          eq(idempotencyKeys.idempotencyKey, input.idempotencyKey),
-          lte(idempotencyKeys.createdAt, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS))
-        ))
-        const claimed = await tx.insert(idempotencyKeys)
-          .values({ keyId: principal.keyId, idempotencyKey: input.idempotencyKey, requestHash: hash!, messageId: message.id })
-          .onConflictDoNothing()
-          .returning({ key: idempotencyKeys.idempotencyKey })
-        if (claimed.length === 0) throw new DuplicateCommitted()
-      }
-      return { message, quota: quotaState(used), replayed: false }
-    })
-  } catch (err) {
-    if (err instanceof DuplicateCommitted) {
-      const original = await replay()
-      if (original !== undefined) return original
-      // The racing send's message is already gone again: nothing to answer with.
-      throw new AppError(409, 'IDEMPOTENCY_IN_PROGRESS', `Idempotency-Key ${JSON.stringify(input.idempotencyKey)} is in use by another request; retry`)
-    }
-    throw err
+
+  const key = input.idempotencyKey
+  if (key === undefined) {
+    // A message to a user is one atomic statement: no transaction.
+    return isGroupId(input.recipient) ? db.transaction(send) : send(db)
   }
+  const hash = requestHash(input)
+  return db.transaction(async (tx) => {
+    const [lock] = await queryRows<{ held: boolean }>(tx, sql`
+      SELECT pg_try_advisory_xact_lock(hashtextextended(${principal.keyId}::text || ' ' || ${key}::text, ${IDEMPOTENCY_LOCK_SEED}::bigint)) AS held`)
+    if (lock?.held !== true) throw new IdempotencyInProgress(key)
+    const window = new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)
+    const which = and(eq(idempotencyKeys.keyId, principal.keyId), eq(idempotencyKeys.idempotencyKey, key))
+    const [earlier] = await tx.select().from(idempotencyKeys).where(and(which, gt(idempotencyKeys.createdAt, window)))
+    if (earlier !== undefined) {
+      if (earlier.requestHash !== hash) throw new IdempotencyMismatch(key)
+      const messages = createMessagesRepository(tx)
+      const row = await messages.find(earlier.messageId)
+      // Its sender deleted it: the body is erased, so there is nothing to answer with, and a
+      // new send would break the promise that a retry sends nothing new.
+      if (row === undefined) throw new IdempotentMessageDeleted(earlier.messageId)
+      const used = await createQuotaRepository(tx).used(principal.keyId, day)
+      return { message: await messages.view(row), quota: quotaState(used), replayed: true }
+    }
+    const sent = await send(tx)
+    // An expired record is replaced; the lock keeps anyone else from writing one meanwhile.
+    await tx.insert(idempotencyKeys)
+      .values({ keyId: principal.keyId, idempotencyKey: key, requestHash: hash, messageId: sent.message.id })
+      .onConflictDoUpdate({
+        target: [idempotencyKeys.keyId, idempotencyKeys.idempotencyKey],
+        set: { requestHash: hash, messageId: sent.message.id, createdAt: sql`now()` }
+      })
+    return sent
+  })
 }

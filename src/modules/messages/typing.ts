@@ -1,26 +1,69 @@
+import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { queryRows } from '../../db/rows.js'
+import { transaction } from '../../db/retry.js'
+import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { resolveRecipients } from './send-message.js'
 
-/** How long a typing.started holds before it lapses. */
+/** How long a typing event (started or stopped) holds before it lapses. */
 export const TYPING_TTL_MS = 15_000
+
+/**
+ * Group typing fans out to every member, so it is coalesced per (sender, group) in this
+ * process: a typing.started is not sent again while the previous one still has more than half
+ * its TTL to live, and a typing.stopped only follows a live start. Maps sender|group to the
+ * live start's expiry (ms since the epoch, database clock).
+ */
+const liveGroupTyping = new Map<string, number>()
+
+/** Forgets lapsed entries, so the map holds only live starts. */
+function sweep (now: number): void {
+  for (const [key, expires] of liveGroupTyping) if (expires <= now) liveGroupTyping.delete(key)
+}
+
+/**
+ * The expiry of an event written now, on the database's clock: the event's createdAt is the
+ * transaction's now(), so both times come from one clock (#14.8).
+ */
+async function expiryFromNow (tx: Db): Promise<Date> {
+  const [row] = await queryRows<{ now: string | Date, expires: string | Date }>(tx,
+    sql`SELECT now() AS now, now() + make_interval(secs => ${TYPING_TTL_MS / 1000}) AS expires`)
+  return new Date(row!.expires)
+}
 
 /** typing.started to the recipient (or each other member of a group), lapsing after 15 s. */
 export async function startTyping (db: Db, from: string, to: string): Promise<void> {
-  await db.transaction(async (tx) => {
+  await transaction(db, async (tx) => {
     const target = await resolveRecipients(tx, from, to)
-    const expiresAt = new Date(Date.now() + TYPING_TTL_MS)
+    const expiresAt = await expiryFromNow(tx)
+    const key = `${from}|${target.recipient}`
+    if (isGroupId(target.recipient)) {
+      const now = expiresAt.getTime() - TYPING_TTL_MS
+      sweep(now)
+      const live = liveGroupTyping.get(key)
+      if (live !== undefined && live - now > TYPING_TTL_MS / 2) return
+    }
     await createEventsRepository(tx).append(target.addresses.map((address) => ({
       address, type: 'typing.started', data: { from, to: target.recipient, expiresAt: expiresAt.toISOString() }, expiresAt
     })))
+    if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
   })
 }
 
+/** typing.stopped, lapsing like a start: it only matters while a start could still be shown. */
 export async function stopTyping (db: Db, from: string, to: string): Promise<void> {
-  await db.transaction(async (tx) => {
+  await transaction(db, async (tx) => {
     const target = await resolveRecipients(tx, from, to)
+    const expiresAt = await expiryFromNow(tx)
+    if (isGroupId(target.recipient)) {
+      const key = `${from}|${target.recipient}`
+      sweep(expiresAt.getTime() - TYPING_TTL_MS)
+      if (!liveGroupTyping.has(key)) return
+      liveGroupTyping.delete(key)
+    }
     await createEventsRepository(tx).append(target.addresses.map((address) => ({
-      address, type: 'typing.stopped', data: { from, to: target.recipient }
+      address, type: 'typing.stopped', data: { from, to: target.recipient }, expiresAt
     })))
   })
 }

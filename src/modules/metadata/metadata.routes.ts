@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
+import { transaction } from '../../db/retry.js'
 import { Forbidden, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, Timestamp } from '../../schemas.js'
@@ -67,8 +68,9 @@ export const metadataRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app,
     }
     const entity = await visibleEntity(db, req.params.entity, me)
     if (entity.owner !== me) throw new Forbidden(`only the owner of ${entity.kind} ${entity.id} may change its metadata`)
-    return db.transaction(async (tx) => {
+    return transaction(db, async (tx) => {
       const repository = createMetadataRepository(tx)
+      await repository.ensure(entity.id)
       const next = merge((await repository.get(entity.id, true)).metadata, req.body)
       if (Object.keys(next).length > MAX_METADATA_KEYS) {
         throw new ValidationFailed(`metadata: at most ${MAX_METADATA_KEYS} keys per entity`)

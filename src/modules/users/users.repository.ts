@@ -1,4 +1,5 @@
-import { and, asc, eq, gt, ilike, or, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, ilike, inArray, or, sql } from 'drizzle-orm'
+import type { PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import type { Db } from '../../db/client.js'
 import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
 import { Conflict } from '../../errors.js'
@@ -28,6 +29,13 @@ export function createUsersRepository (db: Db) {
       }
     },
 
+    /** Which of these addresses are users, in one query. */
+    async existing (addresses: string[]): Promise<Set<string>> {
+      if (addresses.length === 0) return new Set()
+      const rows = await db.select({ address: users.address }).from(users).where(inArray(users.address, addresses))
+      return new Set(rows.map((r) => r.address))
+    },
+
     async find (address: string): Promise<UserRow | undefined> {
       const [row] = await db.select().from(users).where(eq(users.address, address.toLowerCase()))
       return row
@@ -47,6 +55,32 @@ export function createUsersRepository (db: Db) {
         ))
         .orderBy(asc(users.address))
         .limit(limit)
+    },
+
+    /** A page of users by address, after `after`, optionally those whose address or name contains `text`. */
+    async page (text: string | undefined, after: string | undefined, limit: number): Promise<UserRow[]> {
+      const pattern = text === undefined ? undefined : likePattern(text)
+      return db.select().from(users)
+        .where(and(
+          pattern === undefined ? undefined : or(ilike(users.address, pattern), ilike(users.displayName, pattern)),
+          after === undefined ? undefined : gt(users.address, after)
+        ))
+        .orderBy(asc(users.address))
+        .limit(limit)
+    },
+
+    /** Renames and/or (re)activates a user; undefined when there is no such user. */
+    async update (address: string, changes: { displayName?: string | null, deactivated?: boolean }): Promise<UserRow | undefined> {
+      const set: PgUpdateSetSource<typeof users> = {}
+      if (changes.displayName !== undefined) set.displayName = changes.displayName
+      // Deactivating twice keeps the first time.
+      if (changes.deactivated === true) set.deactivatedAt = sql`coalesce(${users.deactivatedAt}, now())`
+      if (changes.deactivated === false) set.deactivatedAt = null
+      const where = eq(users.address, address.toLowerCase())
+      const [row] = Object.keys(set).length === 0
+        ? await db.select().from(users).where(where)
+        : await db.update(users).set(set).where(where).returning()
+      return row
     },
 
     /** Makes sure the bot user exists and is marked as a bot (TEST_BOT_ADDRESS may differ from the seed). */

@@ -2,12 +2,14 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
+import { createKeysRepository } from '../keys/keys.repository.js'
 import { createUsersRepository } from './users.repository.js'
 import { principalOf } from '../../plugins/auth.js'
 import { toUser, UserParams, UserSchema, WhoamiSchema } from './users.schemas.js'
 
 export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   const users = createUsersRepository(db)
+  const keys = createKeysRepository(db)
 
   app.get('/user/:user', {
     schema: {
@@ -33,8 +35,19 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
     }
   }, async (req) => {
     const principal = principalOf(req)
-    const row = await users.find(principal.address)
+    const [row, key] = await Promise.all([users.find(principal.address), keys.find(principal.keyId)])
     if (row === undefined) throw new NotFound('user', principal.address)
-    return { user: toUser(row), keyId: principal.keyId, dailyQuota: principal.dailyQuota }
+    return {
+      user: toUser(row),
+      key: {
+        id: principal.keyId,
+        scopes: principal.scopes,
+        dailyQuota: principal.dailyQuota,
+        expiresAt: key?.expiresAt?.toISOString() ?? null,
+        lastUsedAt: key?.lastUsedAt?.toISOString() ?? null
+      },
+      keyId: principal.keyId,
+      dailyQuota: principal.dailyQuota
+    }
   })
 }

@@ -11,6 +11,18 @@ export const UserSchema = Type.Object({
 
 export type User = Static<typeof UserSchema>
 
+/** A user as the admin API shows it: with whether an operator deactivated it. */
+export const AdminUserSchema = Type.Object({
+  ...UserSchema.properties,
+  deactivatedAt: Type.Union([Timestamp, Type.Null()], { description: 'When an operator deactivated the user; null while active' })
+}, { title: 'AdminUser' })
+
+export type AdminUser = Static<typeof AdminUserSchema>
+
+export function toAdminUser (row: UserRow): AdminUser {
+  return { ...toUser(row), deactivatedAt: row.deactivatedAt?.toISOString() ?? null }
+}
+
 export const UserParams = Type.Object({ user: AddressParam })
 
 export function toUser (row: UserRow): User {
@@ -19,6 +31,13 @@ export function toUser (row: UserRow): User {
 
 export const WhoamiSchema = Type.Object({
   user: UserSchema,
-  keyId: Type.String({ description: 'The API key the request was made with' }),
-  dailyQuota: Type.Integer({ description: 'Messages this key may send per UTC day' })
+  key: Type.Object({
+    id: Type.String({ description: 'The API key the request was made with' }),
+    scopes: Type.Array(Type.String(), { description: 'read, send, admin' }),
+    dailyQuota: Type.Integer({ description: 'Messages this key may send per UTC day' }),
+    expiresAt: Type.Union([Timestamp, Type.Null()]),
+    lastUsedAt: Type.Union([Timestamp, Type.Null()], { description: 'Recorded at most once a minute' })
+  }),
+  keyId: Type.String({ description: 'Same as key.id (kept for clients written before key)' }),
+  dailyQuota: Type.Integer({ description: 'Same as key.dailyQuota (kept for clients written before key)' })
 }, { title: 'Whoami' })

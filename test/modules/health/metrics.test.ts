@@ -1,5 +1,6 @@
 import t from 'tap'
 import { build } from '../../helper.js'
+import { childDatabaseEnv, startServer } from '../../support/processes.js'
 
 t.test('GET /metrics reports requests, sends, refusals, open long-polls and connections in Prometheus text', async (t) => {
   const { app, as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '3' } })
@@ -29,4 +30,31 @@ t.test('GET /metrics reports requests, sends, refusals, open long-polls and conn
   await app.inject({ method: 'GET', url: '/no/such/path' })
   t.match((await app.inject({ method: 'GET', url: '/metrics' })).body, /route="unmatched",status="404"/)
   t.same((await poll).json(), { events: [], last: '1' })
+})
+
+t.test('GET /metrics includes the standard process and Node.js metrics', async (t) => {
+  const { app } = await build(t)
+  const text = (await app.inject({ method: 'GET', url: '/metrics' })).body
+  t.match(text, /^process_resident_memory_bytes \d+$/m)
+  t.match(text, /^process_cpu_seconds_total [\d.e+-]+$/m)
+  t.match(text, /^nodejs_eventloop_lag_p99_seconds [\d.e+-]+$/m)
+  t.match(text, /^nodejs_heap_size_used_bytes \d+$/m)
+  t.equal(text.match(/^# TYPE process_resident_memory_bytes /gm)?.length, 1, 'each series once')
+})
+
+t.test('METRICS_PORT serves GET /metrics on a listener of its own, and the API port no longer does', async (t) => {
+  const server = await startServer(t, { ...await childDatabaseEnv(t), METRICS_PORT: '0' })
+  // Logged just after the API's own "Server listening" line.
+  const logged = () => /Metrics listening at (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(server.output())?.[1]
+  for (let i = 0; i < 100 && logged() === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  const url = logged()
+  t.ok(url, 'the metrics address is logged')
+  const res = await fetch(url!)
+  t.equal(res.status, 200)
+  t.match(res.headers.get('content-type'), /^text\/plain; version=0\.0\.4/)
+  t.match(await res.text(), /^parley_http_requests_total/m)
+  t.equal((await fetch(url!.replace('/metrics', '/healthz'))).status, 404, 'only /metrics there')
+  t.equal((await fetch(`${server.url}/metrics`)).status, 404)
+  t.equal((await fetch(`${server.url}/healthz`)).status, 200)
+  t.equal(await server.stop(), 0, 'both listeners close on SIGTERM')
 })

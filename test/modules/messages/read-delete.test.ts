@@ -61,7 +61,8 @@ t.test('DELETE by the sender erases body and attachments from storage and tells 
   const [dump] = await queryRows<{ text: string }>(db, sql`
     SELECT concat_ws(' ',
       (SELECT string_agg(m::text, ' ') FROM messages m),
-      (SELECT string_agg(encode(a.data, 'escape'), ' ') FROM attachments a),
+      (SELECT string_agg(a::text, ' ') FROM attachments a),
+      (SELECT string_agg(encode(c.data, 'escape'), ' ') FROM attachment_chunks c),
       (SELECT string_agg(e.data::text, ' ') FROM events e),
       (SELECT string_agg(i::text, ' ') FROM idempotency_keys i)) AS text`)
   t.notMatch(dump!.text ?? '', /burn after reading|TOP-SECRET-BYTES/, 'no copy of body or bytes is left in any table')

@@ -1,0 +1,35 @@
+import type { Db } from './client.js'
+import { sqlState } from './errors.js'
+
+/** SQLSTATEs that mean "run the transaction again": serialization failure and deadlock. */
+const RETRYABLE = new Set(['40001', '40P01'])
+const ATTEMPTS = 5
+const BASE_DELAY_MS = 10
+
+export function isRetryable (err: unknown): boolean {
+  const state = sqlState(err)
+  return state !== undefined && RETRYABLE.has(state)
+}
+
+/**
+ * Runs `work` again when the database aborted it as a deadlock victim or a serialization
+ * failure: those are the database's way of asking for a retry, never the client's fault, so
+ * they must not become 500s. Bounded attempts with jittered exponential backoff, so two
+ * victims do not collide again in step.
+ */
+export async function withRetry<T> (work: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await work()
+    } catch (err) {
+      if (attempt >= ATTEMPTS || !isRetryable(err)) throw err
+      const delay = BASE_DELAY_MS * 2 ** (attempt - 1) * (0.5 + Math.random())
+      await new Promise((resolve) => setTimeout(resolve, delay))
+    }
+  }
+}
+
+/** `db.transaction(work)`, retried whole on deadlock or serialization failure. */
+export async function transaction<T> (db: Db, work: (tx: Db) => Promise<T>): Promise<T> {
+  return withRetry(() => db.transaction(work))
+}

@@ -1,0 +1,155 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { Db } from '../../db/client.js'
+import { NotFound, ValidationFailed } from '../../errors.js'
+import { isAddress } from '../../ids.js'
+import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
+import type { Authenticator } from '../keys/authenticator.js'
+import { createKeysRepository } from '../keys/keys.repository.js'
+import { KeySchema, toKey } from '../keys/keys.schemas.js'
+import { createUsersRepository } from '../users/users.repository.js'
+import { AdminUserSchema, toAdminUser } from '../users/users.schemas.js'
+import {
+  AdminUserParams, CreatedKeySchema, CreateKeyBody, CreateUserBody, KeyList, KeyParams, ListKeysQuery, ListUsersQuery,
+  UpdateKeyBody, UpdateUserBody, UserList
+} from './admin.schemas.js'
+
+const ADMIN_ERRORS = [...AUTHENTICATED_ERRORS, 403] as const
+
+function decodeCursor (text: string): string {
+  const address = Buffer.from(text, 'base64url').toString('utf8')
+  if (!isAddress(address)) throw new ValidationFailed('cursor: not a cursor this service returned; pass nextCursor unchanged')
+  return address
+}
+
+/** A time that is not yet past, for a new expiry. */
+function future (text: string | undefined | null, field: string): Date | null | undefined {
+  if (text === undefined || text === null) return text
+  const at = new Date(text)
+  if (Number.isNaN(at.getTime())) throw new ValidationFailed(`${field}: not a date-time`)
+  if (at.getTime() <= Date.now()) throw new ValidationFailed(`${field}: must be in the future`)
+  return at
+}
+
+/**
+ * The operator's HTTP API (API.md §9), for keys with the admin scope (the auth plugin checks it):
+ * users and keys, live, with no restart and no shell on the database host. A change to a key or
+ * user reaches every instance's key cache within its 5 s; this instance forgets at once.
+ */
+export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Authenticator }> = async (app, { db, authenticator }) => {
+  const users = createUsersRepository(db)
+  const keys = createKeysRepository(db)
+  const tags = ['admin']
+
+  app.post('/admin/users', {
+    schema: {
+      tags,
+      summary: 'Create a user',
+      body: CreateUserBody,
+      response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 409) }
+    }
+  }, async (req) => toAdminUser(await users.create({ address: req.body.address, displayName: req.body.displayName })))
+
+  app.get('/admin/users', {
+    schema: {
+      tags,
+      summary: 'List users',
+      description: 'By address, cursor-paged; `query` keeps those whose address or display name contains it.',
+      querystring: ListUsersQuery,
+      response: { 200: UserList, ...errorResponses(...ADMIN_ERRORS) }
+    }
+  }, async (req) => {
+    const limit = req.query.limit ?? 50
+    const after = req.query.cursor === undefined ? undefined : decodeCursor(req.query.cursor)
+    const rows = await users.page(req.query.query, after, limit + 1)
+    const page = rows.slice(0, limit)
+    return {
+      users: page.map(toAdminUser),
+      nextCursor: rows.length > limit ? Buffer.from(page.at(-1)!.address).toString('base64url') : null
+    }
+  })
+
+  app.get('/admin/users/:user', {
+    schema: { tags, summary: 'Read a user', params: AdminUserParams, response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) } }
+  }, async (req) => {
+    const row = await users.find(req.params.user)
+    if (row === undefined) throw new NotFound('user', req.params.user.toLowerCase())
+    return toAdminUser(row)
+  })
+
+  app.post('/admin/users/:user', {
+    schema: {
+      tags,
+      summary: 'Rename, deactivate or reactivate a user',
+      description: 'A deactivated user\'s keys answer 401, a message to it answers 403 naming it deactivated, and group ' +
+        'messages skip it; reactivating restores both.',
+      params: AdminUserParams,
+      body: UpdateUserBody,
+      response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req) => {
+    const row = await users.update(req.params.user, req.body)
+    if (row === undefined) throw new NotFound('user', req.params.user.toLowerCase())
+    authenticator.clear()
+    return toAdminUser(row)
+  })
+
+  app.post('/admin/keys', {
+    schema: {
+      tags,
+      summary: 'Create an API key',
+      description: 'For an existing user. The answer is the only time the secret is shown.',
+      body: CreateKeyBody,
+      response: { 200: CreatedKeySchema, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req) => {
+    const address = req.body.address.toLowerCase()
+    if (await users.find(address) === undefined) throw new NotFound('user', address)
+    const created = await keys.create(address, req.body.dailyQuota ?? null, {
+      ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),
+      expiresAt: future(req.body.expiresAt, 'expiresAt') ?? null
+    })
+    return { ...toKey(created.key), secret: created.secret }
+  })
+
+  app.get('/admin/keys', {
+    schema: {
+      tags,
+      summary: 'List API keys',
+      description: 'All keys, or one user\'s, oldest first; never their secrets.',
+      querystring: ListKeysQuery,
+      response: { 200: KeyList, ...errorResponses(...ADMIN_ERRORS) }
+    }
+  }, async (req) => ({ keys: (await keys.list(req.query.address)).map(toKey) }))
+
+  app.post('/admin/keys/:keyId', {
+    schema: {
+      tags,
+      summary: 'Change a key\'s scopes, daily quota or expiry',
+      params: KeyParams,
+      body: UpdateKeyBody,
+      response: { 200: KeySchema, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req) => {
+    const key = await keys.update(req.params.keyId, {
+      ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),
+      ...(req.body.dailyQuota === undefined ? {} : { dailyQuota: req.body.dailyQuota }),
+      ...(req.body.expiresAt === undefined ? {} : { expiresAt: future(req.body.expiresAt, 'expiresAt') ?? null })
+    })
+    authenticator.clear()
+    return toKey(key)
+  })
+
+  app.delete('/admin/keys/:keyId', {
+    schema: {
+      tags,
+      summary: 'Revoke a key',
+      description: 'Refused everywhere within 5 s (at once on this instance).',
+      params: KeyParams,
+      response: { 204: NoContent, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req, reply) => {
+    await keys.revoke(req.params.keyId)
+    authenticator.clear()
+    return reply.code(204).send()
+  })
+}

@@ -1,0 +1,19 @@
+import { Type } from 'typebox'
+import { MessageSchema } from '../messages/messages.schemas.js'
+
+export const ConversationSchema = Type.Object({
+  peer: Type.String({ description: 'The other user\'s address, or the group id (grp_…)' }),
+  type: Type.Union([Type.Literal('user'), Type.Literal('group')]),
+  lastMessage: MessageSchema,
+  unread: Type.Integer({ minimum: 0, description: 'Messages from others in it whose status for the caller is not read' })
+}, { title: 'Conversation' })
+
+export const ConversationList = Type.Object({
+  conversations: Type.Array(ConversationSchema),
+  nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as cursor for the next page; null on the last' })
+}, { title: 'ConversationList' })
+
+export const ListConversationsQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'nextCursor of the previous page' }))
+}, { additionalProperties: false })

@@ -1,0 +1,113 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from 'typebox'
+import type { Db } from '../../db/client.js'
+import { RateLimited, ValidationFailed } from '../../errors.js'
+import { principalOf } from '../../plugins/auth.js'
+import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
+import type { EventBus } from './event-bus.js'
+import { createEventsRepository, toEvent } from './events.repository.js'
+
+export interface EventStreamRoutesOptions {
+  db: Db
+  bus: EventBus
+  /** Streams and long-polls one API key may hold at once: shared with GET /events. */
+  maxWaitingPerKey: number
+  waitingByKey: Map<string, number>
+  heartbeatMs: number
+}
+
+const EVENT_ID = /^[0-9]{1,15}$/
+// One read at most this many events: a stream's memory is bounded by a page plus the socket buffer.
+const PAGE = 100
+// A wait without notification re-reads the feed anyway after this long (a lost NOTIFY).
+const SAFETY_WAIT_MS = 30_000
+
+const StreamQuery = Type.Object({
+  after: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
+})
+
+export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, maxWaitingPerKey, waitingByKey, heartbeatMs }) => {
+  const events = createEventsRepository(db)
+
+  app.get('/events/stream', {
+    schema: {
+      tags: ['events'],
+      summary: 'Stream the caller\'s events (Server-Sent Events)',
+      description: 'text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one ' +
+        'as it commits on any instance, as `id:` / `event:` / `data:` (the Event JSON). A comment line is sent at least every ' +
+        '15 s. Acknowledges nothing; counted with the key\'s long-polls (MAX_LONG_POLLS_PER_KEY).',
+      querystring: StreamQuery,
+      response: {
+        200: Type.String({ description: 'An endless text/event-stream' }),
+        ...errorResponses(...AUTHENTICATED_ERRORS)
+      }
+    }
+  }, async (req, reply) => {
+    const { address: me, keyId } = principalOf(req)
+    const header = req.headers['last-event-id']
+    if (header !== undefined && (typeof header !== 'string' || !EVENT_ID.test(header.trim()))) {
+      throw new ValidationFailed('Last-Event-ID header must be an event id (a decimal string)')
+    }
+    let after = Number(header?.trim() ?? req.query.after ?? '0')
+    const held = waitingByKey.get(keyId) ?? 0
+    if (held >= maxWaitingPerKey) throw new RateLimited()
+    waitingByKey.set(keyId, held + 1)
+
+    reply.hijack()
+    const res = reply.raw
+    res.writeHead(200, {
+      ...(reply.getHeaders() as Record<string, string>),
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no'
+    })
+    res.write(': stream open\n\n')
+
+    let open = true
+    let current: { cancel(): void } | undefined
+    res.once('close', () => {
+      open = false
+      current?.cancel()
+    })
+    const heartbeat = setInterval(() => { if (open) res.write(': heartbeat\n\n') }, heartbeatMs)
+    // Waits for the socket to take what was written, so a slow reader holds one page, not the feed.
+    const drained = () => new Promise<void>((resolve) => {
+      const done = () => { res.off('drain', done); res.off('close', done); resolve() }
+      res.once('drain', done)
+      res.once('close', done)
+    })
+
+    try {
+      while (open && !bus.closing) {
+        // Subscribe before each read, as GET /events does: a commit between read and wait still wakes us.
+        const subscription = bus.subscribe(me)
+        current = subscription
+        const rows = await events.list(me, after, PAGE)
+        if (rows.length > 0) {
+          subscription.cancel()
+          let chunk = ''
+          for (const row of rows) {
+            const event = toEvent(row)
+            chunk += `id: ${event.id}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+          }
+          after = rows.at(-1)!.seq
+          if (!res.write(chunk)) await drained()
+          continue
+        }
+        await subscription.wait(SAFETY_WAIT_MS)
+        subscription.cancel()
+      }
+    } catch (err) {
+      // Headers are sent: the stream just ends, and the client reconnects with Last-Event-ID.
+      req.log.warn({ err: { message: (err as Error).message } }, 'event stream ended by an error')
+    } finally {
+      clearInterval(heartbeat)
+      const left = (waitingByKey.get(keyId) ?? 1) - 1
+      if (left <= 0) waitingByKey.delete(keyId)
+      else waitingByKey.set(keyId, left)
+      // On shutdown the connection goes too, so it does not hold the server open.
+      if (bus.closing) res.shouldKeepAlive = false
+      res.end()
+    }
+  })
+}

@@ -1,0 +1,34 @@
+import { Type, type Static } from 'typebox'
+import { Timestamp } from '../../schemas.js'
+import type { ApiKey } from './keys.repository.js'
+import { SCOPES } from './scopes.js'
+
+export const ScopeSchema = Type.Union(SCOPES.map((s) => Type.Literal(s)), {
+  description: 'read: every GET and the reads that are POSTs; send: every other write outside /admin; admin: /admin'
+})
+
+export const KeySchema = Type.Object({
+  keyId: Type.String({ description: 'The key id: the username of HTTP Basic auth' }),
+  address: Type.String({ description: 'The user the key acts as' }),
+  scopes: Type.Array(ScopeSchema),
+  dailyQuota: Type.Union([Type.Integer(), Type.Null()], { description: 'Messages per UTC day; null: the configured default' }),
+  expiresAt: Type.Union([Timestamp, Type.Null()], { description: 'After this the key answers 401; null: never' }),
+  lastUsedAt: Type.Union([Timestamp, Type.Null()], { description: 'When the key last authenticated (recorded at most once a minute)' }),
+  createdAt: Timestamp,
+  revokedAt: Type.Union([Timestamp, Type.Null()])
+}, { title: 'Key', description: 'An API key, never with its secret' })
+
+export type Key = Static<typeof KeySchema>
+
+export function toKey (key: ApiKey): Key {
+  return {
+    keyId: key.id,
+    address: key.address,
+    scopes: key.scopes.filter((s): s is Key['scopes'][number] => (SCOPES as readonly string[]).includes(s)),
+    dailyQuota: key.dailyQuota,
+    expiresAt: key.expiresAt?.toISOString() ?? null,
+    lastUsedAt: key.lastUsedAt?.toISOString() ?? null,
+    createdAt: key.createdAt.toISOString(),
+    revokedAt: key.revokedAt?.toISOString() ?? null
+  }
+}

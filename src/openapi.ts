@@ -1,0 +1,235 @@
+import { STATUS_CODES } from 'node:http'
+import { Type, type TSchema } from 'typebox'
+import { GroupSchema } from './modules/groups/groups.schemas.js'
+import { MessageSchema } from './modules/messages/messages.schemas.js'
+import { Timestamp } from './schemas.js'
+
+/**
+ * What @fastify/swagger builds from the route schemas is right about every field the service
+ * checks; this file adds what a client generator also needs and a route schema cannot say: an
+ * operationId per operation, shared components instead of repeated inline objects, the event
+ * union, file parts and downloads as bytes, the headers every answer carries, and routes that
+ * need no credentials. It runs once, when the document is first asked for.
+ */
+
+type Json = Record<string, unknown>
+interface Operation {
+  operationId?: string
+  security?: unknown[]
+  requestBody?: { content?: Record<string, { schema?: Json }> }
+  responses?: Record<string, Json & { description?: string, content?: Record<string, { schema?: Json }>, headers?: Json }>
+}
+interface Document {
+  info: Json
+  servers?: unknown[]
+  paths: Record<string, Record<string, Operation>>
+  components: { schemas?: Record<string, Json>, headers?: Record<string, Json>, securitySchemes?: Json }
+}
+
+/** Names for programs, by method and path; a route missing here gets one derived from its path. */
+const OPERATION_IDS: Record<string, string> = {
+  'GET /healthz': 'checkLiveness',
+  'GET /readyz': 'checkReadiness',
+  'GET /v2/user/{user}': 'getUser',
+  'GET /v2/whoami': 'whoami',
+  'POST /v2/message': 'sendMessage',
+  'GET /v2/message/{message}': 'getMessage',
+  'DELETE /v2/message/{message}': 'deleteMessage',
+  'GET /v2/message/{message}/attachment/{n}': 'downloadAttachment',
+  'GET /v2/message/{message}/status': 'getMessageStatus',
+  'POST /v2/message/status': 'reportMessageStatus',
+  'POST /v2/message/typing': 'startTyping',
+  'DELETE /v2/message/typing/{recipient}': 'stopTyping',
+  'GET /v2/events': 'listEvents',
+  'POST /v2/events/ack': 'acknowledgeEvents',
+  'DELETE /v2/events': 'deleteEvents',
+  'GET /v2/events/stream': 'streamEvents',
+  'POST /v2/group': 'createGroup',
+  'GET /v2/group/{group}': 'getGroup',
+  'POST /v2/group/{group}': 'renameGroup',
+  'DELETE /v2/group/{group}': 'deleteGroup',
+  'POST /v2/group/{group}/members': 'addGroupMembers',
+  'POST /v2/group/{group}/members/remove': 'removeGroupMembers',
+  'GET /v2/metadata/{entity}': 'getMetadata',
+  'POST /v2/metadata/{entity}': 'updateMetadata',
+  'GET /v2/roster': 'listRoster',
+  'POST /v2/roster': 'putRosterEntry',
+  'DELETE /v2/roster/{entity}': 'deleteRosterEntry',
+  'POST /v2/search': 'search',
+  'GET /v2/conversations': 'listConversations',
+  'POST /v2/admin/users': 'adminCreateUser',
+  'GET /v2/admin/users': 'adminListUsers',
+  'GET /v2/admin/users/{user}': 'adminGetUser',
+  'POST /v2/admin/users/{user}': 'adminUpdateUser',
+  'POST /v2/admin/keys': 'adminCreateKey',
+  'GET /v2/admin/keys': 'adminListKeys',
+  'POST /v2/admin/keys/{keyId}': 'adminUpdateKey',
+  'DELETE /v2/admin/keys/{keyId}': 'adminRevokeKey',
+  'POST /v2/webhooks': 'createWebhook',
+  'GET /v2/webhooks': 'listWebhooks',
+  'DELETE /v2/webhooks/{id}': 'deleteWebhook',
+  'GET /v2/webhooks/{id}/deliveries': 'listWebhookDeliveries',
+  'POST /v2/webhooks/{id}/redeliver': 'redeliverWebhookEvent'
+}
+
+/** `GET /v2/group/{group}/members` → `getGroupMembers`: unique, if plain. */
+function derivedOperationId (method: string, path: string): string {
+  const words = path.split('/').filter((w) => w !== '' && w !== 'v2' && !w.startsWith('{'))
+  return [method.toLowerCase(), ...words.flatMap((w) => w.split(/[^A-Za-z0-9]/)).map((w) => w[0]!.toUpperCase() + w.slice(1))].join('')
+}
+
+const header = (description: string, schema: TSchema = Type.String()): Json => ({ description, schema })
+
+/** Headers every /v2 answer carries, and those of the send and of refusals (API.md §1–2). */
+const HEADERS: Record<string, Json> = {
+  RequestId: header('The request id: the client\'s own X-Request-Id when it is a plain token, else a new UUID'),
+  RateLimitLimit: header('Requests per second this key (or address) may make', Type.Integer()),
+  RateLimitRemaining: header('Requests left in the current second', Type.Integer()),
+  RateLimitReset: header('Seconds until the limit refills', Type.Integer()),
+  RetryAfter: header('Seconds to wait before retrying', Type.Integer()),
+  QuotaLimit: header('Messages this key may send per UTC day', Type.Integer()),
+  QuotaRemaining: header('Messages left today', Type.Integer()),
+  QuotaReset: header('Epoch seconds of the next UTC midnight, when the quota refills', Type.Integer()),
+  IdempotentReplayed: header('"true" when this answers an earlier send with the same Idempotency-Key'),
+  ETag: header('The SHA-256 of the file, quoted'),
+  ContentRange: header('bytes first-last/size of a partial answer, or bytes */size with 416'),
+  ContentDisposition: header('attachment, with the filename in an ASCII-safe and an RFC 5987 form')
+}
+const ref = (name: string): Json => ({ $ref: `#/components/headers/${name}` })
+
+/** The shape of `data` for each event type (API.md §4 Events); one schema per type. */
+function eventSchemas (): Record<string, Json> {
+  const MessageRef = { $ref: '#/components/schemas/Message' }
+  const GroupRef = { $ref: '#/components/schemas/Group' }
+  const address = { type: 'string', description: 'A user address' }
+  const id = (what: string) => ({ type: 'string', description: what })
+  const typing = (expires: boolean): Json => ({
+    type: 'object',
+    required: expires ? ['from', 'to', 'expiresAt'] : ['from', 'to'],
+    properties: { from: address, to: id('The recipient: the caller\'s address, or a group id'), ...(expires ? { expiresAt: Timestamp } : {}) }
+  })
+  const data: Record<string, Json> = {
+    'message.received': { type: 'object', required: ['message'], properties: { message: MessageRef } },
+    'message.deleted': { type: 'object', required: ['message'], properties: { message: id('The message id') } },
+    'message.status': {
+      type: 'object',
+      required: ['message', 'recipient', 'status'],
+      properties: { message: id('The message id'), recipient: address, status: { type: 'string', enum: ['delivered', 'read'] } }
+    },
+    'typing.started': typing(true),
+    'typing.stopped': typing(false),
+    'group.created': { type: 'object', required: ['group'], properties: { group: GroupRef } },
+    'group.updated': { type: 'object', required: ['group'], properties: { group: GroupRef } },
+    'group.deleted': { type: 'object', required: ['group'], properties: { group: id('The group id') } },
+    'group.members_added': { type: 'object', required: ['group', 'members'], properties: { group: id('The group id'), members: { type: 'array', items: address } } },
+    'group.members_removed': { type: 'object', required: ['group', 'members'], properties: { group: id('The group id'), members: { type: 'array', items: address } } },
+    'webhook.disabled': { type: 'object', required: ['webhook'], properties: { webhook: id('The webhook id (whk_…)') } }
+  }
+  const schemas: Record<string, Json> = {}
+  for (const [type, shape] of Object.entries(data)) {
+    const name = `${type.split(/[._]/).map((w) => w[0]!.toUpperCase() + w.slice(1)).join('')}Event`
+    schemas[name] = {
+      type: 'object',
+      title: name,
+      required: ['id', 'type', 'createdAt', 'data'],
+      properties: {
+        id: { type: 'string', pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string, increasing within the feed' },
+        type: { type: 'string', enum: [type] },
+        createdAt: Timestamp,
+        data: shape
+      }
+    }
+  }
+  schemas.Event = {
+    title: 'Event',
+    description: 'One entry of a user\'s feed; `type` says which, and what `data` holds',
+    oneOf: Object.keys(schemas).map((name) => ({ $ref: `#/components/schemas/${name}` })),
+    discriminator: {
+      propertyName: 'type',
+      mapping: Object.fromEntries(Object.keys(data).map((type, i) => [type, `#/components/schemas/${Object.keys(schemas)[i]}`]))
+    }
+  }
+  return schemas
+}
+
+/** Replaces every inline object that has a title with a reference to it under components.schemas. */
+function hoist (node: unknown, schemas: Record<string, Json>, top = true): unknown {
+  if (Array.isArray(node)) return node.map((item) => hoist(item, schemas, false))
+  if (node === null || typeof node !== 'object') return node
+  const object = node as Json
+  const walked: Json = {}
+  for (const [key, value] of Object.entries(object)) walked[key] = hoist(value, schemas, false)
+  const title = walked.title
+  if (!top && typeof title === 'string' && /^[A-Z][A-Za-z]*$/.test(title) && walked.$ref === undefined) {
+    const existing = schemas[title]
+    if (existing === undefined || title === 'Event') {
+      schemas[title] ??= walked
+      return { $ref: `#/components/schemas/${title}` }
+    }
+    if (JSON.stringify(existing) === JSON.stringify(walked)) return { $ref: `#/components/schemas/${title}` }
+  }
+  return walked
+}
+
+/** The OpenAPI document, finished for client generators and linters (see the top of this file). */
+export function polishOpenApi (document: unknown): unknown {
+  const doc = document as Document
+  doc.info.license = { name: 'Proprietary: self-hosted by its operator' }
+  doc.servers = [{ url: '/', description: 'This Parley server' }]
+  const schemas = doc.components.schemas ??= {}
+  schemas.Message = hoist(MessageSchema, {}, true) as Json
+  schemas.Group = hoist(GroupSchema, {}, true) as Json
+  Object.assign(schemas, eventSchemas())
+  doc.components.headers = HEADERS
+
+  for (const [path, methods] of Object.entries(doc.paths)) {
+    for (const [method, operation] of Object.entries(methods)) {
+      const key = `${method.toUpperCase()} ${path}`
+      operation.operationId = OPERATION_IDS[key] ?? derivedOperationId(method, path)
+      const authenticated = path.startsWith('/v2/')
+      if (!authenticated) operation.security = []
+      for (const [status, response] of Object.entries(operation.responses ?? {})) {
+        if (response.$ref !== undefined) continue
+        if (response.description === undefined || response.description === 'Default Response') {
+          response.description = STATUS_CODES[status] ?? 'Answer'
+        }
+        const headers: Json = { ...response.headers }
+        if (authenticated) {
+          Object.assign(headers, { 'X-Request-Id': ref('RequestId'), 'X-RateLimit-Limit': ref('RateLimitLimit'), 'X-RateLimit-Remaining': ref('RateLimitRemaining'), 'X-RateLimit-Reset': ref('RateLimitReset') })
+        }
+        if (status === '429' || status === '503') headers['Retry-After'] = ref('RetryAfter')
+        if (key === 'POST /v2/message' && (status === '200' || status === '429')) {
+          Object.assign(headers, { 'X-Quota-Limit': ref('QuotaLimit'), 'X-Quota-Remaining': ref('QuotaRemaining'), 'X-Quota-Reset': ref('QuotaReset') })
+          if (status === '200') headers['Idempotent-Replayed'] = ref('IdempotentReplayed')
+        }
+        if (key === 'GET /v2/message/{message}/attachment/{n}' && (status === '200' || status === '206')) {
+          Object.assign(headers, { ETag: ref('ETag'), 'Content-Disposition': ref('ContentDisposition') })
+          if (status === '206') headers['Content-Range'] = ref('ContentRange')
+          // The bytes as uploaded, in their own type: not JSON.
+          response.content = { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } }
+        }
+        if (Object.keys(headers).length > 0) response.headers = headers
+      }
+      // A file part is bytes, and only multipart carries one.
+      if (key === 'POST /v2/message') {
+        const content = operation.requestBody?.content ?? {}
+        for (const [type, shared] of Object.entries(content)) {
+          // The content types share one object: each gets its own copy first.
+          const media = content[type] = structuredClone(shared)
+          const properties = media.schema?.properties as Json | undefined
+          if (properties?.attachment === undefined) continue
+          if (type === 'multipart/form-data') {
+            properties.attachment = { type: 'array', description: 'One file part per attachment, each with its own Content-Type', items: { type: 'string', format: 'binary' } }
+          } else {
+            delete properties.attachment
+          }
+        }
+      }
+    }
+  }
+  doc.paths = hoist(doc.paths, schemas, false) as Document['paths']
+  // Only the headers some answer uses.
+  const text = JSON.stringify(doc.paths)
+  doc.components.headers = Object.fromEntries(Object.entries(HEADERS).filter(([name]) => text.includes(`"#/components/headers/${name}"`)))
+  return doc
+}

@@ -1,0 +1,112 @@
+import t from 'tap'
+import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
+import { basic, build } from '../../helper.js'
+
+t.test('the admin API manages users and keys, for admin keys only', async (t) => {
+  const { app, as, createUser, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1000' } })
+  await createUser('root')
+  const { keyId, secret } = await createKeysRepository(db).create('root', null, { scopes: ['admin'] })
+  const admin = basic(keyId, secret)
+  const call = (method: 'GET' | 'POST' | 'DELETE', url: string, body?: unknown, authorization = admin) => app.inject({
+    method, url, headers: { authorization, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { payload: JSON.stringify(body) })
+  })
+
+  const created = await call('POST', '/v2/admin/users', { address: 'Dana', displayName: 'Dana Scully' })
+  t.equal(created.statusCode, 200, created.body)
+  t.match(created.json(), { address: 'dana', displayName: 'Dana Scully', bot: false, deactivatedAt: null })
+  t.match((await call('POST', '/v2/admin/users', { address: 'dana' })).json(), { statusCode: 409, code: 'CONFLICT', message: /dana/ })
+  t.match((await call('POST', '/v2/admin/users', { address: 'no spaces' })).json(), { statusCode: 400, message: /address/ })
+
+  for (const name of ['erin', 'frank', 'gina']) await call('POST', '/v2/admin/users', { address: name })
+  const seen: string[] = []
+  let cursor: string | null = null
+  do {
+    const res = await call('GET', `/v2/admin/users?limit=2${cursor === null ? '' : `&cursor=${cursor}`}`)
+    t.equal(res.statusCode, 200)
+    seen.push(...res.json().users.map((u: { address: string }) => u.address))
+    cursor = res.json().nextCursor
+  } while (cursor !== null && seen.length < 50)
+  t.same(seen, ['dana', 'erin', 'frank', 'gina', 'root', 'testbot'])
+  t.same((await call('GET', '/v2/admin/users?query=scul')).json().users.map((u: { address: string }) => u.address), ['dana'])
+  t.equal((await call('GET', '/v2/admin/users?cursor=%%%')).statusCode, 400)
+  t.match((await call('GET', '/v2/admin/users/DANA')).json(), { address: 'dana' })
+  t.equal((await call('GET', '/v2/admin/users/nobody')).statusCode, 404)
+
+  const key = await call('POST', '/v2/admin/keys', { address: 'dana', dailyQuota: 5 })
+  t.equal(key.statusCode, 200, key.body)
+  t.match(key.json(), { keyId: /^key_/, secret: /^sk_/, address: 'dana', scopes: ['read', 'send'], dailyQuota: 5, expiresAt: null, revokedAt: null })
+  const dana = basic(key.json().keyId, key.json().secret)
+  const sent = await app.inject({ method: 'POST', url: '/v2/message', headers: { authorization: dana, 'content-type': 'application/json' }, payload: JSON.stringify({ recipient: 'erin', body: 'hi' }) })
+  t.equal(sent.statusCode, 200, 'the new key works at once')
+  t.equal(sent.headers['x-quota-limit'], '5')
+  t.equal((await call('POST', '/v2/admin/keys', { address: 'nobody' })).statusCode, 404)
+  t.match((await call('POST', '/v2/admin/keys', { address: 'dana', scopes: ['root'] })).json(), { statusCode: 400, message: /scopes/ })
+  t.match((await call('POST', '/v2/admin/keys', { address: 'dana', expiresAt: '2001-01-01T00:00:00.000Z' })).json(), { statusCode: 400, message: /expiresAt: must be in the future/ })
+
+  const listed = (await call('GET', '/v2/admin/keys?address=dana')).json().keys
+  t.equal(listed.length, 1)
+  t.notOk(JSON.stringify(listed).includes(key.json().secret), 'never the secret')
+  t.match(listed[0], { keyId: key.json().keyId, lastUsedAt: /Z$/ }, 'lastUsedAt recorded on use')
+
+  const readOnly = await call('POST', `/v2/admin/keys/${key.json().keyId}`, { scopes: ['read'], dailyQuota: null })
+  t.match(readOnly.json(), { scopes: ['read'], dailyQuota: null })
+  const refused = await app.inject({ method: 'POST', url: '/v2/message', headers: { authorization: dana, 'content-type': 'application/json' }, payload: JSON.stringify({ recipient: 'erin', body: 'again' }) })
+  t.match(refused.json(), { statusCode: 403, code: 'FORBIDDEN', message: 'This API key lacks the send scope, which POST /v2/message needs' })
+  t.equal((await app.inject({ method: 'GET', url: '/v2/user/erin', headers: { authorization: dana } })).statusCode, 200, 'reads still work')
+
+  t.equal((await call('DELETE', `/v2/admin/keys/${key.json().keyId}`)).statusCode, 204)
+  t.equal((await app.inject({ method: 'GET', url: '/v2/user/erin', headers: { authorization: dana } })).statusCode, 401, 'revoked at once here')
+  t.equal((await call('DELETE', '/v2/admin/keys/key_00000000000000000000000000')).statusCode, 404)
+  t.equal((await call('POST', '/v2/admin/keys/nope', {})).statusCode, 400)
+
+  // An ordinary key may not administer.
+  const alice = await as('alice')
+  const denied = await app.inject({ method: 'GET', url: '/v2/admin/users', headers: { authorization: alice.authorization } })
+  t.match(denied.json(), { statusCode: 403, message: 'This API key lacks the admin scope, which GET /v2/admin/users needs' })
+  // An admin-only key may not send.
+  t.match((await call('POST', '/v2/message', { recipient: 'erin', body: 'x' })).json(), { statusCode: 403, message: /send scope/ })
+})
+
+t.test('a deactivated user\'s keys answer 401, it receives nothing, and reactivating restores both', async (t) => {
+  const { app, as, createUser, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1000' } })
+  await createUser('root')
+  const { keyId, secret } = await createKeysRepository(db).create('root', null, { scopes: ['admin'] })
+  const admin = { authorization: basic(keyId, secret), 'content-type': 'application/json' }
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const group = (await alice.post('/v2/group', { name: 'ops', members: ['bob', 'carol'] })).json().id as string
+
+  const off = await app.inject({ method: 'POST', url: '/v2/admin/users/bob', headers: admin, payload: JSON.stringify({ deactivated: true }) })
+  t.match(off.json(), { address: 'bob', deactivatedAt: /Z$/ })
+  t.equal((await bob.get('/v2/events')).statusCode, 401)
+  t.match((await alice.post('/v2/message', { recipient: 'bob', body: 'hello?' })).json(), { statusCode: 403, message: 'user bob is deactivated and receives nothing' })
+  t.match((await alice.post('/v2/message/typing', { recipient: 'bob' })).json(), { statusCode: 403, message: /deactivated/ })
+  const toGroup = await alice.post('/v2/message', { recipient: group, body: 'to the group' })
+  t.equal(toGroup.statusCode, 200)
+  const status = (await alice.get(`/v2/message/${toGroup.json().id}/status`)).json()
+  t.same(status.recipients.map((r: { address: string }) => r.address), ['carol'], 'the group message skips bob')
+  t.equal((await alice.get('/v2/whoami')).json().key.dailyQuota, 100)
+  t.equal((await carol.get('/v2/events')).statusCode, 200)
+
+  const on = await app.inject({ method: 'POST', url: '/v2/admin/users/bob', headers: admin, payload: JSON.stringify({ deactivated: false, displayName: 'Bob' }) })
+  t.match(on.json(), { address: 'bob', displayName: 'Bob', deactivatedAt: null })
+  t.equal((await bob.get('/v2/events')).statusCode, 200)
+  t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'welcome back' })).statusCode, 200)
+})
+
+t.test('an expired key answers 401; GET /v2/whoami shows scopes, expiry and last use', async (t) => {
+  const { app, createUser, db } = await build(t)
+  await createUser('alice')
+  const keys = createKeysRepository(db)
+  const soon = new Date(Date.now() + 1_500)
+  const { keyId, secret } = await keys.create('alice', 7, { scopes: ['read'], expiresAt: soon })
+  const authorization = basic(keyId, secret)
+  const whoami = await app.inject({ method: 'GET', url: '/v2/whoami', headers: { authorization } })
+  t.equal(whoami.statusCode, 200)
+  t.match(whoami.json(), { user: { address: 'alice' }, key: { id: keyId, scopes: ['read'], dailyQuota: 7, expiresAt: soon.toISOString() }, keyId, dailyQuota: 7 })
+  await new Promise((resolve) => setTimeout(resolve, 1_600))
+  t.equal((await app.inject({ method: 'GET', url: '/v2/whoami', headers: { authorization } })).statusCode, 401)
+  t.match((await keys.find(keyId))?.lastUsedAt, Date, 'use was recorded')
+})

@@ -1,0 +1,122 @@
+import t from 'tap'
+import type { AddressInfo } from 'node:net'
+import type { FastifyInstance } from 'fastify'
+import { build } from '../../helper.js'
+
+const ENV = { RATE_LIMIT_PER_SECOND: '100000', EVENT_STREAM_HEARTBEAT_SECONDS: '1', MAX_LONG_POLLS_PER_KEY: '2' }
+
+async function listen (app: FastifyInstance): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+}
+
+interface SseEvent { id: string, event: string, data: { id: string, type: string, data: { message?: { body: string } } } }
+
+/** Opens a stream and parses it: events as they come, comment lines counted. */
+async function openStream (url: string, authorization: string, headers: Record<string, string> = {}) {
+  const controller = new AbortController()
+  const res = await fetch(url, { headers: { authorization, ...headers }, signal: controller.signal })
+  const received: SseEvent[] = []
+  let comments = 0
+  let waiters: (() => void)[] = []
+  const done = (async () => {
+    if (res.body === null) return
+    const decoder = new TextDecoder()
+    let buffer = ''
+    try {
+      for await (const chunk of res.body) {
+        buffer += decoder.decode(chunk as Uint8Array, { stream: true })
+        let end
+        while ((end = buffer.indexOf('\n\n')) >= 0) {
+          const block = buffer.slice(0, end)
+          buffer = buffer.slice(end + 2)
+          if (block.startsWith(':')) { comments++; continue }
+          const fields = Object.fromEntries(block.split('\n').map((line) => [line.slice(0, line.indexOf(':')), line.slice(line.indexOf(':') + 2)]))
+          received.push({ id: fields.id!, event: fields.event!, data: JSON.parse(fields.data!) })
+        }
+        for (const w of waiters) w()
+        waiters = []
+      }
+    } catch { /* aborted */ }
+  })()
+  return {
+    res,
+    received,
+    comments: () => comments,
+    close: () => controller.abort(),
+    done,
+    async until (check: () => boolean, ms = 5_000) {
+      const deadline = Date.now() + ms
+      while (!check() && Date.now() < deadline) {
+        await Promise.race([new Promise<void>((resolve) => waiters.push(resolve)), new Promise((resolve) => setTimeout(resolve, 100))])
+      }
+      return check()
+    }
+  }
+}
+
+t.test('GET /v2/events/stream delivers a send on another instance at once, resumes after Last-Event-ID, and heartbeats', async (t) => {
+  const { app, as, secondInstance } = await build(t, { env: ENV })
+  const other = await secondInstance()
+  const base = await listen(app)
+  const alice = await as('alice')
+  const bob = await as('bob')
+
+  const stream = await openStream(`${base}/v2/events/stream`, bob.authorization)
+  t.equal(stream.res.status, 200)
+  t.match(stream.res.headers.get('content-type'), /^text\/event-stream/)
+  const sentAt = Date.now()
+  const sent = await other.inject({ method: 'POST', url: '/v2/message', headers: { authorization: alice.authorization }, payload: { recipient: 'bob', body: 'one' } })
+  t.equal(sent.statusCode, 200)
+  t.ok(await stream.until(() => stream.received.length === 1), 'the event arrived')
+  const lag = Date.now() - sentAt
+  t.ok(lag < 1_000, `received ${lag} ms after the send`)
+  t.match(stream.received[0], { id: '1', event: 'message.received', data: { id: '1', type: 'message.received', data: { message: { body: 'one' } } } })
+  t.ok(await stream.until(() => stream.comments() >= 2, 4_000), `heartbeat comments seen (${stream.comments()})`)
+  stream.close()
+  await stream.done
+
+  // Missed while disconnected: two events; reconnecting after id 1 gets exactly those.
+  for (const body of ['two', 'three']) {
+    await other.inject({ method: 'POST', url: '/v2/message', headers: { authorization: alice.authorization }, payload: { recipient: 'bob', body } })
+  }
+  const again = await openStream(`${base}/v2/events/stream?after=0`, bob.authorization, { 'last-event-id': '1' })
+  t.ok(await again.until(() => again.received.length >= 2))
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.same(again.received.map((e) => [e.id, e.data.data.message?.body]), [['2', 'two'], ['3', 'three']], 'exactly the missed events, Last-Event-ID winning over after')
+  const acked = await bob.get('/v2/events')
+  t.equal(acked.json().events.length, 3, 'streaming acknowledged nothing')
+  again.close()
+  await again.done
+})
+
+t.test('streams and long-polls share MAX_LONG_POLLS_PER_KEY; a bad Last-Event-ID is a 400', async (t) => {
+  const { app, as } = await build(t, { env: ENV })
+  const base = await listen(app)
+  const bob = await as('bob')
+  const stream = await openStream(`${base}/v2/events/stream`, bob.authorization)
+  const poll = fetch(`${base}/v2/events?wait=5`, { headers: { authorization: bob.authorization } })
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const third = await fetch(`${base}/v2/events/stream`, { headers: { authorization: bob.authorization } })
+  t.equal(third.status, 429)
+  t.match(await third.json(), { code: 'RATE_LIMITED', message: 'Too many requests/second, please try again later' })
+  const bad = await fetch(`${base}/v2/events/stream`, { headers: { authorization: bob.authorization, 'last-event-id': 'x1' } })
+  t.equal(bad.status, 400)
+  t.match(await bad.json(), { code: 'VALIDATION_FAILED', message: /Last-Event-ID/ })
+  stream.close()
+  await stream.done
+  await poll
+})
+
+t.test('closing the app ends open streams promptly', async (t) => {
+  const { app, as } = await build(t, { env: ENV })
+  const base = await listen(app)
+  const bob = await as('bob')
+  const stream = await openStream(`${base}/v2/events/stream`, bob.authorization)
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  const started = Date.now()
+  await app.close()
+  await stream.done
+  const took = Date.now() - started
+  t.ok(took < 3_000, `stream ended and app closed ${took} ms after close()`)
+})

@@ -1,0 +1,136 @@
+import { createHash, randomBytes } from 'node:crypto'
+import { connect } from 'node:net'
+import t from 'tap'
+import { sql } from 'drizzle-orm'
+import { queryRows } from '../../../src/db/rows.js'
+import type { Db } from '../../../src/db/client.js'
+import { build } from '../../helper.js'
+
+function form (fields: Record<string, string>, files: { data: Buffer, type: string, filename: string }[]): FormData {
+  const body = new FormData()
+  for (const [name, value] of Object.entries(fields)) body.append(name, value)
+  for (const file of files) body.append('attachment', new Blob([new Uint8Array(file.data)], { type: file.type }), file.filename)
+  return body
+}
+
+async function chunkCounts (db: Db): Promise<{ staged: number, claimed: number }> {
+  const [row] = await queryRows<{ staged: number, claimed: number }>(db, sql`
+    SELECT count(*) FILTER (WHERE message_id IS NULL)::int AS staged, count(*) FILTER (WHERE message_id IS NOT NULL)::int AS claimed
+    FROM attachment_chunks`)
+  return row!
+}
+
+async function until (what: string, check: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!await check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+t.test('a file over several chunks streams back whole and by Range, with ETag, 304 and 416', async (t) => {
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  // 700 KiB + 3: three 256 KiB chunks, the last one short.
+  const data = randomBytes(700 * 1024 + 3)
+  const sha = createHash('sha256').update(data).digest('hex')
+  const sent = await alice.post('/v2/message', form({ recipient: 'bob' }, [{ data, type: 'application/octet-stream', filename: 'blob.bin' }]))
+  t.equal(sent.statusCode, 200, sent.body)
+  const url = `/v2/message/${sent.json().id}/attachment/1`
+  t.same(await chunkCounts(db), { staged: 0, claimed: 3 }, 'stored as three chunks, all claimed by the message')
+
+  const whole = await alice.get(url)
+  t.equal(whole.statusCode, 200)
+  t.ok(whole.rawPayload.equals(data), 'whole file intact')
+  t.equal(whole.headers.etag, `"${sha}"`, 'ETag is the quoted SHA-256')
+  t.equal(whole.headers['accept-ranges'], 'bytes')
+  t.equal(whole.headers['content-length'], String(data.length))
+  t.equal(whole.headers['cache-control'], 'private, no-store')
+  t.equal(whole.headers['x-content-type-options'], 'nosniff')
+
+  const cases: [string, number, number][] = [
+    ['bytes=0-0', 0, 0],
+    ['bytes=262140-262150', 262140, 262150], // across the first chunk boundary
+    ['bytes=100-', 100, data.length - 1],
+    ['bytes=-10', data.length - 10, data.length - 1],
+    [`bytes=500000-${data.length + 999}`, 500000, data.length - 1] // end clamped to the size
+  ]
+  for (const [range, start, end] of cases) {
+    const res = await alice.get(url, { headers: { range } })
+    t.equal(res.statusCode, 206, range)
+    t.equal(res.headers['content-range'], `bytes ${start}-${end}/${data.length}`, range)
+    t.equal(res.headers['content-length'], String(end - start + 1), range)
+    t.ok(res.rawPayload.equals(data.subarray(start, end + 1)), `${range}: the right bytes`)
+  }
+
+  const past = await alice.get(url, { headers: { range: `bytes=${data.length}-` } })
+  t.equal(past.statusCode, 416)
+  t.equal(past.headers['content-range'], `bytes */${data.length}`)
+  t.match(past.json(), { statusCode: 416, code: 'RANGE_NOT_SATISFIABLE', message: /range/ })
+
+  const cached = await alice.get(url, { headers: { 'if-none-match': `"${sha}"` } })
+  t.equal(cached.statusCode, 304)
+  t.equal(cached.rawPayload.length, 0)
+  t.equal((await alice.get(url, { headers: { 'if-none-match': '"other"' } })).statusCode, 200, 'another tag gets the file')
+})
+
+t.test('the attachment index accepts only canonical digits', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  const sent = await alice.post('/v2/message', form({ recipient: 'bob' }, [{ data: Buffer.from('hi'), type: 'text/plain', filename: 'a.txt' }]))
+  const base = `/v2/message/${sent.json().id}/attachment/`
+  t.equal((await alice.get(`${base}1`)).statusCode, 200)
+  for (const n of ['01', '1e0', '%201', '+1', '1.0', '0', '-1']) {
+    const res = await alice.get(`${base}${n}`)
+    t.equal(res.statusCode, 400, `/${n} is refused`)
+    t.match(res.json(), { code: 'VALIDATION_FAILED', message: /n/ })
+  }
+  t.equal((await alice.get(`${base}2`)).statusCode, 404)
+})
+
+t.test('stored filenames lose bidi controls as well as control characters', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  const sneaky = 'invoice\u202Efdp.exe\u2066\u2069\u202A\u202B\u202C\u202D\u2067\u2068\u0007.txt'
+  const sent = await alice.post('/v2/message', form({ recipient: 'bob' }, [{ data: Buffer.from('x'), type: 'text/plain', filename: sneaky }]))
+  t.equal(sent.statusCode, 200, sent.body)
+  t.equal(sent.json().attachments[0].filename, 'invoicefdp.exe.txt')
+})
+
+t.test('a refused send leaves none of its staged chunks behind', async (t) => {
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  const res = await alice.post('/v2/message', form({ recipient: 'nobody' }, [{ data: randomBytes(600 * 1024), type: 'application/octet-stream', filename: 'x.bin' }]))
+  t.equal(res.statusCode, 404)
+  await until('staged chunks deleted', async () => (await chunkCounts(db)).staged === 0)
+  t.same(await chunkCounts(db), { staged: 0, claimed: 0 })
+})
+
+t.test('an upload whose client drops the socket mid-body leaves no staged rows and logs a client abort', async (t) => {
+  const { app, as, db, logs } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as { port: number }
+  const boundary = 'xxBOUNDARYxx'
+  const head = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="recipient"\r\n\r\nbob\r\n` +
+    `--${boundary}\r\nContent-Disposition: form-data; name="attachment"; filename="big.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`)
+  const socket = connect(port, '127.0.0.1')
+  await new Promise<void>((resolve) => socket.once('connect', resolve))
+  socket.write(`POST /v2/message HTTP/1.1\r\nHost: x\r\nAuthorization: ${alice.authorization}\r\n` +
+    `Content-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${head.length + 20 * 1024 * 1024}\r\n\r\n`)
+  socket.write(head)
+  // Two chunks' worth and a bit: some of it is staged before the client goes.
+  socket.write(randomBytes(600 * 1024))
+  await until('chunks staged', async () => (await chunkCounts(db)).staged >= 2)
+  socket.destroy()
+  await until('staged chunks deleted', async () => (await chunkCounts(db)).staged === 0)
+  t.same(await chunkCounts(db), { staged: 0, claimed: 0 }, 'nothing left')
+  await until('the abort logged', async () => logs().includes('upload aborted by the client'))
+  t.notMatch(logs(), /"level":50/, 'no error logged (not a database outage)')
+  const [row] = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM messages`)
+  t.equal(row!.n, 0, 'no message')
+})

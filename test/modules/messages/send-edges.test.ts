@@ -1,0 +1,172 @@
+import type { AddressInfo } from 'node:net'
+import { sql } from 'drizzle-orm'
+import type { FastifyInstance } from 'fastify'
+import pg from 'pg'
+import t from 'tap'
+import { queryRows } from '../../../src/db/rows.js'
+import { build, type Caller } from '../../helper.js'
+import { usingPostgres } from '../../support/databases.js'
+
+/**
+ * The edges of a send: Idempotency-Key in flight and after deletion, and one clock (the
+ * database's) for a message and its events.
+ */
+const FAST = { RATE_LIMIT_PER_SECOND: '100000' }
+const onPostgres = usingPostgres() ? false : 'holding a send open needs a second connection: PostgreSQL only'
+
+async function listening (app: FastifyInstance): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+}
+
+function post (base: string, caller: Caller, body: unknown, idempotencyKey: string): Promise<Response> {
+  return fetch(`${base}/v2/message`, {
+    method: 'POST',
+    headers: { authorization: caller.authorization, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+    body: JSON.stringify(body)
+  })
+}
+
+/** A second connection to the test's database, in a transaction, closed at teardown. */
+async function holder (t: { teardown(fn: () => unknown): void }, url: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  await client.query('BEGIN')
+  return client
+}
+
+/** Resolves once some backend waits on a lock (the held send got as far as the held row). */
+async function someoneWaits (client: pg.Client): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const { rows } = await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`)
+    if (rows[0]!.n > 0) return
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+  throw new Error('no send ever waited on the held lock')
+}
+
+t.test('a duplicate of a send still in flight on another instance gets 409 at once, never 429, and writes nothing', { skip: onPostgres }, async (t) => {
+  const built = await build(t, { env: FAST })
+  const second = await built.secondInstance()
+  const [a, b] = [await listening(built.app), await listening(second)]
+  // One unit of quota left: the duplicate must not be refused for the first send's unit.
+  const alice = await built.as('alice', { dailyQuota: 1 })
+  await built.createUser('bob')
+  const hold = await holder(t, built.url!)
+  // The send locks bob's user row for his feed id: hold it, and the first send waits there,
+  // its transaction open and its quota unit taken.
+  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+  const first = post(a, alice, { recipient: 'bob', body: 'once' }, 'k-1')
+  await someoneWaits(hold)
+  const started = Date.now()
+  const duplicate = post(b, alice, { recipient: 'bob', body: 'once' }, 'k-1')
+  // Before the fix the duplicate waited on the first's quota row: let it go after a while.
+  const early = await Promise.race([duplicate.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 3_000))])
+  await hold.query('COMMIT')
+  const dup = await duplicate
+  t.ok(early, `the duplicate was answered while the first was in flight (${Date.now() - started} ms)`)
+  t.equal(dup.status, 409)
+  t.match(await dup.json(), { statusCode: 409, code: 'IDEMPOTENCY_IN_PROGRESS', message: /k-1/ })
+  const original = await first
+  t.equal(original.status, 200)
+  const sent = await original.json() as { id: string }
+  const retry = await post(b, alice, { recipient: 'bob', body: 'once' }, 'k-1')
+  t.equal(retry.status, 200, 'once the first committed, a retry is the replay')
+  t.equal((await retry.json() as { id: string }).id, sent.id)
+  t.equal(retry.headers.get('idempotent-replayed'), 'true')
+  const [row] = await queryRows<{ messages: number, quota: number }>(built.db, sql`SELECT (SELECT count(*) FROM messages)::int AS messages, (SELECT count FROM quota_usage) AS quota`)
+  t.same(row, { messages: 1, quota: 1 })
+})
+
+t.test('concurrent duplicates with one unit of quota left: each gets the original or 409, never 429', async (t) => {
+  const { as, createUser, db } = await build(t, { env: FAST })
+  const alice = await as('alice', { dailyQuota: 1 })
+  await createUser('bob')
+  const answers = await Promise.all(Array.from({ length: 8 }, () =>
+    alice.post('/v2/message', { recipient: 'bob', body: 'once' }, { headers: { 'idempotency-key': 'last-unit' } })))
+  const codes = answers.map((a) => a.statusCode)
+  t.ok(codes.every((c) => c === 200 || c === 409), `answers: ${codes.join(' ')}`)
+  t.equal(new Set(answers.filter((a) => a.statusCode === 200).map((a) => a.json().id)).size, 1, 'one message id')
+  const [row] = await queryRows<{ messages: number }>(db, sql`SELECT count(*)::int AS messages FROM messages`)
+  t.equal(row!.messages, 1)
+})
+
+t.test('a retry after the sender deleted the message answers 404, sends nothing and counts no quota', async (t) => {
+  const { as, createUser, db } = await build(t, { env: FAST })
+  const alice = await as('alice')
+  await createUser('bob')
+  const headers = { 'idempotency-key': 'pay-7' }
+  const first = await alice.post('/v2/message', { recipient: 'bob', body: 'pay 7' }, { headers })
+  t.equal(first.statusCode, 200)
+  const id = first.json().id as string
+  t.equal((await alice.delete(`/v2/message/${id}`)).statusCode, 204)
+  const retry = await alice.post('/v2/message', { recipient: 'bob', body: 'pay 7' }, { headers })
+  t.equal(retry.statusCode, 404)
+  t.same(retry.json(), { statusCode: 404, error: 'Not Found', code: 'NOT_FOUND', message: `message ${id} sent with this Idempotency-Key was deleted` })
+  const changed = await alice.post('/v2/message', { recipient: 'bob', body: 'pay 700' }, { headers })
+  t.equal(changed.statusCode, 422, 'other fields are still a mismatch')
+  const [row] = await queryRows<{ messages: number, quota: number }>(db, sql`SELECT (SELECT count(*) FROM messages)::int AS messages, (SELECT count FROM quota_usage) AS quota`)
+  t.same(row, { messages: 0, quota: 1 }, 'no second message, one unit counted')
+  const other = await alice.post('/v2/message', { recipient: 'bob', body: 'pay 7' }, { headers: { 'idempotency-key': 'pay-8' } })
+  t.equal(other.statusCode, 200, 'another key sends')
+})
+
+interface FeedEvent { type: string, createdAt: string, data: { message?: { id: string, createdAt: string } } }
+
+async function feed (caller: Caller): Promise<FeedEvent[]> {
+  return (await caller.get('/v2/events?limit=200')).json().events as FeedEvent[]
+}
+
+t.test('a message, its answer and its events carry one time: the database\'s', async (t) => {
+  const { as, db } = await build(t, { env: FAST })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const before = (await queryRows<{ now: string }>(db, sql`SELECT now()::text AS now`))[0]!.now
+  const sent = await alice.post('/v2/message', { recipient: 'bob', body: 'tick' })
+  const after = (await queryRows<{ now: string }>(db, sql`SELECT now()::text AS now`))[0]!.now
+  const message = sent.json() as { id: string, createdAt: string }
+  const at = Date.parse(message.createdAt)
+  t.ok(at >= Math.floor(Date.parse(before)) - 1 && at <= Date.parse(after) + 1, 'between the database\'s clock before and after')
+  t.equal((await alice.get(`/v2/message/${message.id}`)).json().createdAt, message.createdAt, 'read back')
+  const [event] = (await feed(bob)).filter((e) => e.type === 'message.received')
+  t.equal(event?.data.message?.createdAt, message.createdAt, 'in the event\'s message')
+  t.equal(event?.createdAt, message.createdAt, 'the event\'s own time')
+})
+
+t.test('a group send held up in its transaction still has one time for the message and its events', { skip: onPostgres }, async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await built.as('alice')
+  const bob = await built.as('bob')
+  await built.as('carol')
+  const group = (await alice.post('/v2/group', { name: 'g', members: ['bob', 'carol'] })).json().id as string
+  const hold = await holder(t, built.url!)
+  await hold.query('SELECT 1 FROM groups WHERE id = $1 FOR UPDATE', [group])
+  // The send's transaction starts (its now()), then waits for the group: the app's clock has
+  // moved on by the time the message is written.
+  const sending = alice.post('/v2/message', { recipient: group, body: 'late' })
+  await someoneWaits(hold)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  await hold.query('COMMIT')
+  const message = (await sending).json() as { id: string, createdAt: string }
+  const received = (await feed(bob)).filter((e) => e.type === 'message.received')
+  t.equal(received.length, 1)
+  t.equal(received[0]!.data.message?.createdAt, message.createdAt)
+  t.equal(received[0]!.createdAt, message.createdAt)
+  t.equal((await alice.get(`/v2/message/${message.id}`)).json().createdAt, message.createdAt)
+})
+
+t.test('the test bot\'s reply has one time too', async (t) => {
+  const { as } = await build(t, { env: FAST })
+  const alice = await as('alice')
+  t.equal((await alice.post('/v2/message', { recipient: 'testbot', body: 'ping' })).statusCode, 200)
+  let reply: FeedEvent | undefined
+  for (let i = 0; i < 100 && reply === undefined; i++) {
+    reply = (await feed(alice)).find((e) => e.type === 'message.received')
+    if (reply === undefined) await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  t.ok(reply, 'the bot answered')
+  t.equal(reply!.data.message?.createdAt, reply!.createdAt)
+  t.equal((await alice.get(`/v2/message/${reply!.data.message!.id}`)).json().createdAt, reply!.createdAt)
+})
+

@@ -1,0 +1,87 @@
+import { createHash } from 'node:crypto'
+import { request } from 'node:http'
+import { Readable } from 'node:stream'
+import t from 'tap'
+import { usingPostgres } from '../support/databases.js'
+import { build } from '../helper.js'
+
+const FILES = 10
+// 10 x 25 MiB takes ~90 s on PGlite on a loaded 2-core machine (over the ~60 s budget per
+// file); PARLEY_BIG_UPLOAD_MIB=25 runs the full size.
+const FILE_BYTES = Number(process.env.PARLEY_BIG_UPLOAD_MIB ?? 5) * 1024 * 1024
+const skip = usingPostgres() ? 'embedded mode only: PGlite is one connection, so a long statement would block everyone' : false
+
+/** File i's bytes, generated piece by piece (never held whole): 64 KiB blocks of a counter. */
+function* fileBlocks (i: number): Generator<Buffer> {
+  const block = Buffer.alloc(64 * 1024)
+  for (let b = 0; b * block.length < FILE_BYTES; b++) {
+    block.fill((i * 31 + b) & 0xff)
+    block.writeUInt32BE(b, 0)
+    yield Buffer.from(block)
+  }
+}
+
+t.test(`one 10 x ${FILE_BYTES / 1048576} MiB send on PGlite leaves a bystander answering, every file intact`, { skip }, async (t) => {
+  const { app, as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as { port: number }
+
+  const boundary = 'bigBOUNDARY'
+  const expected: string[] = []
+  const parts = function * () {
+    yield Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="recipient"\r\n\r\nbob\r\n`)
+    for (let i = 0; i < FILES; i++) {
+      yield Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="attachment"; filename="f${i}.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`)
+      const hash = createHash('sha256')
+      for (const block of fileBlocks(i)) { hash.update(block); yield block }
+      expected.push(hash.digest('hex'))
+      yield Buffer.from('\r\n')
+    }
+    yield Buffer.from(`--${boundary}--\r\n`)
+  }
+  const sending = new Promise<{ status: number, body: string }>((resolve, reject) => {
+    const req = request({ port, host: '127.0.0.1', method: 'POST', path: '/v2/message', headers: { authorization: alice.authorization, 'content-type': `multipart/form-data; boundary=${boundary}` } }, (res) => {
+      let body = ''
+      res.on('data', (c: Buffer) => { body += c.toString() })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+    })
+    req.on('error', reject)
+    Readable.from(parts()).pipe(req)
+  })
+
+  // A bystander reads its own profile over and over while the upload runs.
+  let done = false
+  const latencies: number[] = []
+  const bystander = (async () => {
+    while (!done) {
+      const started = performance.now()
+      const res = await fetch(`http://127.0.0.1:${port}/v2/events?wait=0`, { headers: { authorization: bob.authorization } })
+      await res.arrayBuffer()
+      latencies.push(performance.now() - started)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  })()
+  const started = performance.now()
+  const sent = await sending
+  const seconds = (performance.now() - started) / 1000
+  done = true
+  await bystander
+  t.equal(sent.status, 200, sent.body.slice(0, 300))
+  const worst = Math.max(...latencies)
+  t.comment(`upload ${(FILES * FILE_BYTES / 1048576 / seconds).toFixed(1)} MiB/s; bystander worst ${worst.toFixed(0)} ms over ${latencies.length} requests`)
+  t.ok(latencies.length >= 3, `${latencies.length} bystander requests answered during the upload`)
+  // The goal is under a second; measured 1.2–1.9 s worst on a loaded 2-core machine (PGlite runs
+  // on the event loop's thread). Before chunking, a bystander waited out the whole send
+  // statement (34 s at 10 x 25 MiB). The bound here guards against that regression.
+  t.ok(worst < 3000, `bystander's slowest answer ${worst.toFixed(0)} ms < 3000 ms`)
+
+  const message = JSON.parse(sent.body) as { id: string }
+  for (let i = 0; i < FILES; i++) {
+    const res = await fetch(`http://127.0.0.1:${port}/v2/message/${message.id}/attachment/${i + 1}`, { headers: { authorization: bob.authorization } })
+    const hash = createHash('sha256')
+    for await (const chunk of res.body!) hash.update(chunk)
+    t.equal(hash.digest('hex'), expected[i], `file ${i + 1} read back intact`)
+  }
+})
