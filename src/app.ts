@@ -25,6 +25,7 @@ import { rosterRoutes } from './modules/roster/roster.routes.js'
 import { searchRoutes } from './modules/search/search.routes.js'
 import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
 import { usersRoutes } from './modules/users/users.routes.js'
+import { admissionPlugin } from './plugins/admission.js'
 import { authPlugin } from './plugins/auth.js'
 import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
 import { AppError, ValidationFailed } from './errors.js'
@@ -194,6 +195,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(async (v2) => {
     await v2.register(authPlugin, { authenticator })
     await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis })
+    // PGlite is one connection: its requests take turns however many keys there are.
+    await v2.register(admissionPlugin, { poolSize: config.databaseUrl === undefined ? 1 : config.databasePoolSize, metrics })
     v2.get('/openapi.json', {
       config: { public: true },
       schema: { hide: true }

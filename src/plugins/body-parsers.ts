@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { UnsupportedMediaType, ValidationFailed } from '../errors.js'
 import { loggableError, sendError } from './errors.js'
-import { readUpload, UploadedFile, type UploadSink } from './uploads.js'
+import { readUpload, UploadedFile, type UploadProgress, type UploadSink } from './uploads.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -43,11 +43,16 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
   // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused
   // by the parser rather than waiting on the client) is answered 400 and its connection closed.
   const watchdogs = new WeakMap<FastifyRequest, NodeJS.Timeout>()
+  // A body paused while its chunk is being stored waits on the database, not on a broken part:
+  // a busy database slows the client down (backpressure) and must not get its upload refused.
+  const storing = new WeakMap<FastifyRequest, UploadProgress>()
   app.addHook('preValidation', async (req, reply) => {
     if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
     let stillSince: number | undefined
+    const progress: UploadProgress = { writes: 0 }
+    storing.set(req, progress)
     watchdogs.set(req, setInterval(() => {
-      const still = req.raw.readableEnded || req.raw.readableFlowing === false
+      const still = progress.writes === 0 && (req.raw.readableEnded || req.raw.readableFlowing === false)
       stillSince = still ? stillSince ?? Date.now() : undefined
       if (stillSince === undefined || Date.now() - stillSince < MULTIPART_STALL_MS) return
       clearInterval(watchdogs.get(req))
@@ -72,7 +77,7 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
       const req = this
       let file: UploadedFile
       try {
-        file = await readUpload(part, opts.uploads, opts.chunkBytes)
+        file = await readUpload(part, opts.uploads, opts.chunkBytes, storing.get(req))
       } catch (err) {
         // A socket closed mid-body is the client's doing, not the database's: say so.
         if (req.raw.destroyed || (err as { code?: string }).code === 'FST_PREMATURE_CLOSE') {

@@ -45,6 +45,9 @@ export class UploadedFile {
   }
 }
 
+/** Chunk writes in progress for one request: while one is, a paused body waits on us, not on the parser. */
+export interface UploadProgress { writes: number }
+
 /**
  * Streams a file part into the sink in chunks of exactly `chunkBytes` (the last shorter),
  * awaiting each insert before reading on, so memory per upload stays about one chunk plus the
@@ -52,7 +55,7 @@ export class UploadedFile {
  * stops the stream at the configured fileSize and @fastify/multipart then throws its 413
  * error. On any failure what was staged is deleted before the error goes on.
  */
-export async function readUpload (part: MultipartFile, sink: UploadSink, chunkBytes: number): Promise<UploadedFile> {
+export async function readUpload (part: MultipartFile, sink: UploadSink, chunkBytes: number, storing: UploadProgress = { writes: 0 }): Promise<UploadedFile> {
   const uploadId = newId('upl')
   const hash = createHash('sha256')
   let pending: Buffer[] = []
@@ -62,7 +65,12 @@ export async function readUpload (part: MultipartFile, sink: UploadSink, chunkBy
   const flush = async (upTo: number) => {
     const all = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
     // Copy the chunk out so the rest of a large socket buffer is not kept alive by it.
-    await sink.stage(uploadId, seq++, Buffer.from(all.subarray(0, upTo)))
+    storing.writes++
+    try {
+      await sink.stage(uploadId, seq++, Buffer.from(all.subarray(0, upTo)))
+    } finally {
+      storing.writes--
+    }
     const rest = all.subarray(upTo)
     pending = rest.length > 0 ? [rest] : []
     pendingBytes = rest.length

@@ -32,6 +32,7 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async 
   const messages = createMessagesRepository(db)
 
   app.get('/conversations', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['messages'],
       summary: 'The caller\'s conversations',

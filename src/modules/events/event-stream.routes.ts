@@ -30,6 +30,7 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
   const events = createEventsRepository(db)
 
   app.get('/events/stream', {
+    config: { admission: 'none' },
     schema: {
       tags: ['events'],
       summary: 'Stream the caller\'s events (Server-Sent Events)',

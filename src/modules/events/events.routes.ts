@@ -24,6 +24,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
 
   app.get('/events', {
+    config: { admission: 'none' },
     schema: {
       tags: ['events'],
       summary: 'Read the caller\'s events feed',

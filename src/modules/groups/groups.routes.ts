@@ -10,6 +10,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   const answers = (...statuses: number[]) => ({ 200: GroupSchema, ...errorResponses(...AUTHENTICATED_ERRORS, ...statuses) })
 
   app.post('/group', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['groups'],
       summary: 'Create a group',
@@ -24,6 +25,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   }, async (req) => service.read(req.params.group, principalOf(req).address))
 
   app.post('/group/:group', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['groups'],
       summary: 'Rename a group',
@@ -35,6 +37,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   }, async (req) => service.rename(req.params.group, principalOf(req).address, req.body.name))
 
   app.delete('/group/:group', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['groups'],
       summary: 'Delete a group',
@@ -48,6 +51,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   })
 
   app.post('/group/:group/members', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['groups'],
       summary: 'Add members',
@@ -59,6 +63,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   }, async (req) => service.addMembers(req.params.group, principalOf(req).address, req.body.members))
 
   app.post('/group/:group/members/remove', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['groups'],
       summary: 'Remove members',

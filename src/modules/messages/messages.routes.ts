@@ -145,6 +145,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   })
 
   app.get('/message/:message/attachment/:n', {
+    config: { admission: 'transfer' },
     schema: {
       tags: ['messages'],
       summary: 'Download an attachment',

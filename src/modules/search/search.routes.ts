@@ -7,6 +7,7 @@ import { search } from './search.service.js'
 
 export const searchRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   app.post('/search', {
+    config: { admission: 'heavy' },
     schema: {
       tags: ['search'],
       summary: 'Search messages, users and groups',

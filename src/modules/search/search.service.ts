@@ -1,5 +1,6 @@
 import type { Db } from '../../db/client.js'
-import { ValidationFailed } from '../../errors.js'
+import { TimeLimitExceeded, withinTimeLimit } from '../../db/time-limit.js'
+import { Unavailable, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, isMessageId } from '../../ids.js'
 import { entityKind, visibleEntity } from '../entities.js'
 import { createGroupsRepository, toGroup, type Group } from '../groups/groups.repository.js'
@@ -23,6 +24,9 @@ export interface SearchInput {
   limit: number
   cursor?: string | undefined
 }
+
+/** The most one search may cost the database: its statements are cancelled past it (503). */
+export const SEARCH_TIME_LIMIT_MS = 5_000
 
 /** Where a page ends: the result type it stopped in, and the last key it returned there. */
 interface Cursor { t: SearchType, k?: string[] }
@@ -58,6 +62,17 @@ function decodeCursor (text: string): Cursor {
  * neither overlap nor leave a gap.
  */
 export async function search (db: Db, input: SearchInput): Promise<{ results: SearchResult[], nextCursor: string | null }> {
+  try {
+    return await withinTimeLimit(db, SEARCH_TIME_LIMIT_MS, (tx) => searchIn(tx, input))
+  } catch (err) {
+    if (err instanceof TimeLimitExceeded) {
+      throw new Unavailable(`Search took longer than ${SEARCH_TIME_LIMIT_MS / 1000} s and was stopped; narrow it with longer or more words, or with \`with\``)
+    }
+    throw err
+  }
+}
+
+async function searchIn (db: Db, input: SearchInput): Promise<{ results: SearchResult[], nextCursor: string | null }> {
   if (input.query === undefined && input.with === undefined) {
     throw new ValidationFailed('query: required unless with is given')
   }

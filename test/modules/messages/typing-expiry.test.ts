@@ -10,7 +10,8 @@ t.test('typing events of both kinds expire 15 s after they are written, on the d
   t.equal((await alice.post('/v2/message/typing', { recipient: 'bob' })).statusCode, 204)
   t.equal((await alice.delete('/v2/message/typing/bob')).statusCode, 204)
   const rows = await queryRows<{ type: string, ttl: number }>(db, sql`
-    SELECT type, extract(epoch FROM expires_at - created_at)::float8 AS ttl FROM events
+    -- expiresAt travels in milliseconds, created_at in microseconds: compare to the millisecond.
+    SELECT type, round(extract(epoch FROM expires_at - created_at), 2)::float8 AS ttl FROM events
     WHERE address = 'bob' AND type LIKE 'typing.%' ORDER BY seq`)
   t.same(rows, [{ type: 'typing.started', ttl: 15 }, { type: 'typing.stopped', ttl: 15 }])
 })
