@@ -26,3 +26,20 @@ t.test('SIGTERM: open long-polls answer empty at once, new connections are refus
   t.match(server.output(), /shutting down/)
   await t.rejects(fetch(`${server.url}/healthz`), 'no longer accepting connections')
 })
+
+t.test('app.close() does not wait for a connection that has not sent a request yet', async (t) => {
+  const { build } = await import('../helper.js')
+  const { connect } = await import('node:net')
+  const { app } = await build(t)
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as { port: number }
+  // A spare connection, as HTTP clients open beside a busy one; Node's closeIdleConnections() skips it.
+  const spare = connect(port, '127.0.0.1')
+  await new Promise((resolve) => spare.once('connect', resolve))
+  const ended = new Promise((resolve) => spare.once('close', resolve))
+  const started = Date.now()
+  await app.close()
+  await ended
+  const took = Date.now() - started
+  t.ok(took < 3_000, `closed in ${took} ms (it waited for the 65 s socket timeout before)`)
+})
