@@ -193,7 +193,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(consolePlugin)
 
   await app.register(async (v2) => {
-    await v2.register(authPlugin, { authenticator })
+    await v2.register(authPlugin, { authenticator, failuresPerSecond: config.rateLimitPerSecond })
     await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis })
     // PGlite is one connection: its requests take turns however many keys there are.
     await v2.register(admissionPlugin, { poolSize: config.databaseUrl === undefined ? 1 : config.databasePoolSize, metrics })

@@ -1,8 +1,10 @@
 import basicAuth from '@fastify/basic-auth'
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { AuthFailures } from './auth-failures.js'
+import { clientNetwork } from './rate-limit.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
-import { Forbidden, Internal, Unauthorized, Unavailable } from '../errors.js'
+import { Forbidden, Internal, RateLimited, Unauthorized, Unavailable } from '../errors.js'
 import type { Authenticator, Principal } from '../modules/keys/authenticator.js'
 import { requiredScope, type Scope } from '../modules/keys/scopes.js'
 
@@ -26,13 +28,23 @@ export function principalOf (req: FastifyRequest): Principal {
   return req.principal
 }
 
+/** The key id of a Basic Authorization header, or '' when there is none. */
+function basicUsername (header: string | undefined): string {
+  const match = /^\s*basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(header ?? '')
+  if (match === null) return ''
+  const decoded = Buffer.from(match[1]!, 'base64').toString('latin1')
+  const colon = decoded.indexOf(':')
+  return colon < 0 ? '' : decoded.slice(0, colon)
+}
+
 /**
  * HTTP Basic with key id and secret. Credentials are checked in onRequest, but a failure is
  * only answered in preParsing, after the rate limiter has counted the request against the
  * caller's IP: so a flood of bad credentials is throttled, and a real key's budget is charged
  * only once its secret is proven.
  */
-export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: Authenticator }) => {
+export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: Authenticator, failuresPerSecond: number }) => {
+  const failures = new AuthFailures(opts.failuresPerSecond)
   app.decorateRequest('principal', null)
   app.decorateRequest('authError', null)
 
@@ -54,10 +66,16 @@ export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator:
 
   app.addHook('onRequest', (req, reply, done) => {
     if (req.routeOptions.config.public === true) return done()
+    const network = clientNetwork(req.ip)
+    // A network that keeps failing gets no more lookups this second for ids not already known.
+    if (failures.exceeded(network) && !opts.authenticator.isCached(basicUsername(req.headers.authorization))) {
+      return done(new RateLimited())
+    }
     app.basicAuth(req, reply, (err?: Error) => {
       if (err !== undefined) {
         // A database failure is not a credentials problem: answer it now (503).
         if ((err as FastifyError).statusCode !== 401) return done(err)
+        failures.record(network)
         req.authError = err
       }
       done()

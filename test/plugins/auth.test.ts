@@ -83,3 +83,16 @@ t.test('the Authorization header and secrets never reach the log', async (t) => 
   t.notMatch(text, alice.authorization.slice(6), 'not even base64-encoded')
   t.notMatch(text, 'wrong-secret-123')
 })
+
+t.test('an unknown key id costs what a known one does: one lookup, then the cache (no timing oracle)', async (t) => {
+  const { app, createKey, createUser } = await build(t)
+  await createUser('bob')
+  const known = await createKey('bob')
+  const unknown = 'key_' + 'z'.repeat(26)
+  for (const [id, secret] of [[known.keyId, 'sk_wrong'], [unknown, 'sk_wrong']] as const) {
+    t.notOk(app.authenticator.isCached(id), `${id === unknown ? 'unknown' : 'known'} id: not looked up yet`)
+    const res = await app.inject({ method: 'GET', url: '/v2/whoami', headers: { authorization: basic(id, secret) } })
+    t.equal(res.statusCode, 401)
+    t.ok(app.authenticator.isCached(id), `${id === unknown ? 'unknown' : 'known'} id: answered from the cache from now on`)
+  }
+})

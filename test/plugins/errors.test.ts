@@ -10,7 +10,7 @@ function probeRoutes (db: () => import('../../src/db/client.js').Db) {
   return async (app: FastifyInstance) => {
     await app.register(async (v2) => {
       const { authPlugin } = await import('../../src/plugins/auth.js')
-      await v2.register(authPlugin, { authenticator: app.authenticator })
+      await v2.register(authPlugin, { authenticator: app.authenticator, failuresPerSecond: 20 })
       v2.post('/probe/echo', {
         schema: {
           body: Type.Object({

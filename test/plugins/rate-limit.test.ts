@@ -35,6 +35,9 @@ t.test('a key past RATE_LIMIT_PER_SECOND answers 429 RATE_LIMITED with Retry-Aft
 t.test('unauthenticated requests are limited per IP', async (t) => {
   const { app, as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '3' } })
   const alice = await as('alice')
+  // alice is in use (so known to the process): a network's failures do not lock her key out.
+  t.equal((await app.inject({ method: 'GET', url: '/v2/user/alice', remoteAddress: '10.0.0.7', headers: { authorization: alice.authorization } })).statusCode, 200)
+  await new Promise((resolve) => setTimeout(resolve, 1100))
   const anonymous = await Promise.all(Array.from({ length: 5 }, () =>
     app.inject({ method: 'GET', url: '/v2/user/alice', remoteAddress: '10.0.0.7' })))
   t.same(anonymous.map((r) => r.statusCode).sort(), [401, 401, 401, 429, 429])
@@ -66,3 +69,28 @@ t.test('with REDIS_URL, two instances share one limit per key', {
     (i % 2 === 0 ? first.app : second).inject({ method: 'GET', url: '/v2/user/alice', headers })))
   t.same(answers.map((r) => r.statusCode).sort(), [200, 200, 200, 200, 429, 429, 429, 429])
 })
+
+t.test('past RATE_LIMIT_PER_SECOND failed authentications, a network\'s made-up key ids cost no database lookup', async (t) => {
+  const { app, as, createKey } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '5' } })
+  const alice = await as('alice')
+  await app.inject({ method: 'GET', url: '/v2/whoami', remoteAddress: '10.0.0.9', headers: { authorization: alice.authorization } })
+  const bogus = () => `Basic ${Buffer.from(`key_${Math.random().toString(36).slice(2).padEnd(26, '0').slice(0, 26)}:sk_nothing`).toString('base64')}`
+  let lookups = 0
+  const original = app.authenticator.authenticate
+  app.authenticator.authenticate = async (id, secret) => {
+    if (!app.authenticator.isCached(id)) lookups++
+    return original(id, secret)
+  }
+  const answers: number[] = []
+  for (let i = 0; i < 50; i++) answers.push((await app.inject({ method: 'GET', url: '/v2/whoami', remoteAddress: '10.0.0.9', headers: { authorization: bogus() } })).statusCode)
+  t.ok(lookups <= 5, `${lookups} lookups for 50 made-up ids in one second`)
+  t.same([...new Set(answers)].sort(), [401, 429])
+  t.equal((await app.inject({ method: 'GET', url: '/v2/whoami', remoteAddress: '10.0.0.9', headers: { authorization: alice.authorization } })).statusCode, 200,
+    'a key already in use from that network still works')
+  t.equal((await app.inject({ method: 'GET', url: '/v2/whoami', remoteAddress: '10.0.0.10', headers: { authorization: basicOf(await createKey('alice')) } })).statusCode, 200,
+    'another network is not affected')
+})
+
+function basicOf (key: { keyId: string, secret: string }): string {
+  return `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
+}

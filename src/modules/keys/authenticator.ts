@@ -23,12 +23,15 @@ export const LAST_USED_EVERY_MS = 60_000
 export const KEY_CACHE_MS = 5_000
 const MAX_CACHED_KEYS = 10_000
 
-interface Cached { row: KeyForAuth, until: number }
+// An unknown id is cached too (as undefined): ids are random, so none can be tried before it is issued.
+interface Cached { row: KeyForAuth | undefined, until: number }
 
 /**
- * Verifies key id and secret against the stored hash. Keys found are cached for at most
- * KEY_CACHE_MS so a busy key costs one query per 5 s; unknown ids are not cached, so a key
- * created a moment ago works at once.
+ * Verifies key id and secret against the stored hash. What a lookup found, a key or nothing,
+ * is cached for at most KEY_CACHE_MS: a busy key costs one query per 5 s, and an unknown id
+ * costs exactly what a known one does (one lookup, then the cache, then the same hash and
+ * constant-time comparison), so timing does not tell which ids exist. A new key is never in
+ * the cache as unknown: its random id cannot have been tried before it was issued.
  */
 export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () => number = Date.now, onError: (err: unknown) => void = () => {}) {
   const keys = createKeysRepository(db)
@@ -48,10 +51,6 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
     const hit = cache.get(keyId)
     if (hit !== undefined && hit.until > now()) return hit.row
     const row = await keys.findForAuth(keyId)
-    if (row === undefined) {
-      cache.delete(keyId)
-      return undefined
-    }
     if (cache.size >= MAX_CACHED_KEYS) cache.delete(cache.keys().next().value!)
     cache.set(keyId, { row, until: now() + KEY_CACHE_MS })
     return row
@@ -69,6 +68,11 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
       if (row.expiresAt !== null && row.expiresAt.getTime() <= now()) return undefined
       touch(row.id)
       return { keyId: row.id, address: row.address, dailyQuota: row.dailyQuota ?? defaultDailyQuota, scopes: row.scopes.filter(isScope) }
+    },
+    /** Whether answering for this id needs no database lookup now. */
+    isCached (keyId: string): boolean {
+      const hit = cache.get(keyId)
+      return hit !== undefined && hit.until > now()
     },
     /** Forgets cached keys (tests, and after this process changes a key itself). */
     clear (): void {
