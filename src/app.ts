@@ -127,7 +127,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     ? new Redis(config.redisUrl, { connectTimeout: 2_000, maxRetriesPerRequest: 1, enableOfflineQueue: false })
     : undefined
   if (redis !== undefined) {
-    redis.on('error', (err) => app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits fall back to allowing requests'))
+    redis.on('error', (err) => app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits are counted per instance until it is back'))
     app.addHook('onClose', async () => { redis.disconnect() })
     // Serve with shared counters from the first request: wait (briefly) for the connection.
     await new Promise<void>((resolve) => {

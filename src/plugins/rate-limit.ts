@@ -1,48 +1,9 @@
-import rateLimit, { type FastifyRateLimitStore } from '@fastify/rate-limit'
+import rateLimit from '@fastify/rate-limit'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Redis } from 'ioredis'
 import { RateLimited } from '../errors.js'
-
-type StoreCallback = (err: Error | null, result?: { current: number, ttl: number }) => void
-
-/**
- * In-process fixed windows. The plugin's own LocalStore hands every request the same mutable
- * counter object and reads it after an await, so a burst of N concurrent requests all see
- * count N and all but none are refused; this store answers each request with its own snapshot.
- */
-export class FixedWindowStore implements FastifyRateLimitStore {
-  private readonly windows = new Map<string, { count: number, startedAt: number }>()
-
-  incr (key: string, cb: StoreCallback, timeWindow: number): void {
-    const now = Date.now()
-    let window = this.windows.get(key)
-    if (window === undefined || window.startedAt + timeWindow <= now) {
-      if (this.windows.size >= 100_000) this.sweep(now, timeWindow)
-      window = { count: 0, startedAt: now }
-      this.windows.set(key, window)
-    }
-    window.count += 1
-    cb(null, { current: window.count, ttl: window.startedAt + timeWindow - now })
-  }
-
-  read (key: string, cb: StoreCallback, timeWindow: number): void {
-    const now = Date.now()
-    const window = this.windows.get(key)
-    if (window === undefined || window.startedAt + timeWindow <= now) cb(null, { current: 0, ttl: 0 })
-    else cb(null, { current: window.count, ttl: window.startedAt + timeWindow - now })
-  }
-
-  child (): FixedWindowStore {
-    return new FixedWindowStore()
-  }
-
-  private sweep (now: number, timeWindow: number): void {
-    for (const [key, window] of this.windows) {
-      if (window.startedAt + timeWindow <= now) this.windows.delete(key)
-    }
-  }
-}
+import { GcraStore, redisGcraStore } from './rate-limit-stores.js'
 
 /**
  * What an unauthenticated client is counted as: its IPv4 address, or the /64 of its IPv6 one.
@@ -75,10 +36,13 @@ export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOp
   await app.register(rateLimit, {
     max: opts.perSecond,
     timeWindow: 1000,
-    // Counters in Redis when configured; if Redis is unreachable, serve rather than fail closed.
-    ...(opts.redis !== undefined
-      ? { redis: opts.redis, nameSpace: 'parley:rl:', skipOnError: true }
-      : { store: FixedWindowStore }),
+    // GCRA buckets (rate-limit-stores.ts): in Redis when configured, shared by the instances;
+    // while Redis cannot answer, each instance limits on its own rather than not at all.
+    store: opts.redis !== undefined
+      ? redisGcraStore(opts.redis, 'parley:gcra:', (err) => {
+        app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits are counted per instance until it is back')
+      })
+      : GcraStore,
     keyGenerator: (req) => req.principal !== null ? `key:${req.principal.keyId}` : `ip:${clientNetwork(req.ip)}`,
     errorResponseBuilder: () => new RateLimited()
   })

@@ -97,8 +97,10 @@ t.test('three instances answer the bot backlog at least as fast as one', async (
   const threeMs = await timeToAnswer(three, 10)
   t.comment(`200 bot messages: one instance ${oneMs.toFixed(0)} ms, three instances ${threeMs.toFixed(0)} ms`)
   t.ok(Number.isFinite(oneMs) && Number.isFinite(threeMs), 'both answered everything')
-  // 1.5x for noise on a loaded machine, plus 250 ms for timings too short for a ratio to mean much.
-  t.ok(threeMs <= oneMs * 1.5 + 250, `three instances (${threeMs.toFixed(0)} ms) within 1.5x one (${oneMs.toFixed(0)} ms)`)
+  // A guard against the deadlocking bots of #12 (three instances took 5.6x as long as one), not
+  // a benchmark: all three instances share this process's two cores with the senders, and in
+  // CI runs the ratio ranged 0.85x to 1.8x. The bound catches the old failure, not the noise.
+  t.ok(threeMs <= oneMs * 3 + 500, `three instances (${threeMs.toFixed(0)} ms) within 3x one (${oneMs.toFixed(0)} ms)`)
   for (const built of [one, three]) {
     const answered = await replies(built.db)
     t.ok(answered.every((r) => r.n === 1), 'each message answered once')

@@ -94,3 +94,12 @@ t.test('past RATE_LIMIT_PER_SECOND failed authentications, a network\'s made-up 
 function basicOf (key: { keyId: string, secret: string }): string {
   return `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
 }
+
+t.test('with REDIS_URL unreachable, each instance still limits (it does not turn the limit off)', async (t) => {
+  const { app, as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '4', REDIS_URL: 'redis://127.0.0.1:1' } })
+  const alice = await as('alice')
+  const answers = await Promise.all(Array.from({ length: 8 }, () => alice.get('/v2/user/alice')))
+  t.same(answers.map((r) => r.statusCode).sort(), [200, 200, 200, 200, 429, 429, 429, 429])
+  t.same(answers.find((r) => r.statusCode === 429)!.json(), LIMITED)
+  void app
+})
