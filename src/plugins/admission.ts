@@ -83,12 +83,12 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
 
   // Uploads queue before their bytes are read, so a key's many large sends do not all stream at once.
   app.addHook('preParsing', async (req, reply) => {
-    if (req.routeOptions.config.public === true || req.routeOptions.config.acceptsFiles !== true) return
+    if (req.is404 || req.routeOptions.config.public === true || req.routeOptions.config.acceptsFiles !== true) return
     if (!/^\s*multipart\//i.test(req.headers['content-type'] ?? '')) return
     await pass(req, reply, gates.transfer)
   })
   app.addHook('preHandler', async (req, reply) => {
-    if (req.routeOptions.config.public === true) return
+    if (req.is404 || req.routeOptions.config.public === true) return
     const kind = admission(req)
     if (kind === 'none') return
     await pass(req, reply, gates[kind])

@@ -84,7 +84,8 @@ export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator:
 
   // Before the body is read: a key without the route's scope costs no parsing.
   app.addHook('preParsing', async (req) => {
-    if (req.routeOptions.config.public === true) return
+    // An unknown path answers 404 to anyone (API.md §1); the rate limiter still counts it.
+    if (req.routeOptions.config.public === true || req.is404) return
     if (req.principal === null) {
       throw req.authError instanceof Unauthorized ? req.authError : new Unauthorized()
     }

@@ -103,3 +103,24 @@ t.test('with REDIS_URL unreachable, each instance still limits (it does not turn
   t.same(answers.find((r) => r.statusCode === 429)!.json(), LIMITED)
   void app
 })
+
+t.test('unauthenticated clients are counted per IPv6 /64 (rotating within it escapes nothing), IPv4 as itself', async (t) => {
+  const { clientNetwork } = await import('../../src/plugins/rate-limit.js')
+  t.equal(clientNetwork('2001:db8:1:2:aaaa::1'), '2001:db8:1:2::/64')
+  t.equal(clientNetwork('2001:db8:1:2:ffff:ffff:ffff:fffe'), '2001:db8:1:2::/64')
+  t.equal(clientNetwork('2001:db8::1'), '2001:db8:0:0::/64')
+  t.equal(clientNetwork('::ffff:192.0.2.7'), '192.0.2.7')
+  t.equal(clientNetwork('192.0.2.7'), '192.0.2.7')
+  const { app } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '3' } })
+  const answers = await Promise.all(Array.from({ length: 6 }, (_, i) =>
+    app.inject({ method: 'GET', url: '/v2/user/alice', remoteAddress: `2001:db8:7:7::${(i + 1).toString(16)}` })))
+  t.same(answers.map((r) => r.statusCode).sort(), [401, 401, 401, 429, 429, 429], 'six addresses of one /64 share one budget')
+})
+
+t.test('unknown /v2 paths are limited and carry the limiter\'s headers like any other', async (t) => {
+  const { as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '2' } })
+  const alice = await as('alice')
+  const answers = await Promise.all(Array.from({ length: 3 }, () => alice.get('/v2/no/such/route')))
+  t.same(answers.map((r) => r.statusCode).sort(), [404, 404, 429])
+  for (const res of answers) t.ok(res.headers['x-ratelimit-limit'] !== undefined, `${res.statusCode} carries X-RateLimit-Limit`)
+})

@@ -34,7 +34,15 @@ const NASTY = [
   "' OR 1=1 --", '); DROP TABLE users; --', '*', ':*', 'a & b | !c', 'a <-> b', '!(x)', "'a':*", '%_%', '\\%', '_',
   '__proto__', 'constructor', 'prototype', 'toString', 'hasOwnProperty', '😀', '\u202e', '\ud800', '\uffff',
   'msg_00000000000000000000000000', 'grp_00000000000000000000000000', 'alice', 'bob', 'testbot', 'sent', 'read',
-  '-1', '0', '1e309', 'NaN', 'Infinity', '0x10', '9'.repeat(400), 'x'.repeat(101), 'x'.repeat(10_001), '<script>alert(1)</script>'
+  '-1', '0', '1e309', 'NaN', 'Infinity', '0x10', '9'.repeat(400), 'x'.repeat(101), 'x'.repeat(10_001), '<script>alert(1)</script>',
+  // Lone surrogates anywhere in a string (#14.2).
+  'a\ud800b', '\udc00', 'x\udbff', '\udfff\ud800',
+  // Forged search cursors (#14.3): base64 of cursors this service never wrote.
+  ...[{ t: 'messages', k: ['not-a-date', 'x'] }, { t: 'messages', k: [] }, { t: 'users', k: ['a\u0000b'] }, { t: 'groups', k: [1, 2] },
+    { t: 'nope' }, { t: 'messages', k: ['2026-11-21T10:00:00.000Z', 'msg_' + 'z'.repeat(500)] }, null, []]
+    .map((c) => Buffer.from(JSON.stringify(c)).toString('base64url')),
+  // What users type into search (#14.5): addresses, host and file names, paths, decimals.
+  'alice@example.org', 'report.pdf', 'files.example.net', '/pub/v2', '3.14', 'C:\\x', 'a.b.c.d.e', '@', '.', '..pdf'
 ]
 
 const nasty = fc.constantFrom(...NASTY)

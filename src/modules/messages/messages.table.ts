@@ -14,8 +14,11 @@ export const messages = pgTable('messages', {
   body: text('body').notNull(),
   createdAt: timestamptz('created_at').notNull().defaultNow(),
   // Words of the body for POST /search: the 'simple' configuration lower-cases and keeps every
-  // word as written (no stemming), which suits prefix matching in any language.
-  search: tsvector('search').generatedAlwaysAs(sql`to_tsvector('simple', body)`)
+  // word as written (no stemming), which suits prefix matching in any language. Its parser keeps
+  // e-mail addresses, host and file names, paths and decimals as single tokens, while a query is
+  // split into letter and digit runs (prefixQuery): so the body's runs are indexed as well, and
+  // `example` finds `alice@example.org`, `report.pdf` finds itself, and so does `3.14`.
+  search: tsvector('search').generatedAlwaysAs(sql`to_tsvector('simple', body || ' ' || regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))`)
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
   index('messages_recipient_created_idx').on(t.recipient, t.createdAt),

@@ -141,3 +141,26 @@ function inline (text: string, params: unknown[]): string {
     return typeof value === 'number' ? String(value) : `'${String(value).replace(/'/g, "''")}'`
   })
 }
+
+t.test('search finds what users type inside addresses, host and file names, paths and decimals', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  const bodies = [
+    'write to alice@example.org today',
+    'see report.pdf attached',
+    'mirror at files.example.net/pub/v2 now',
+    'pi is 3.14 roughly'
+  ]
+  for (const body of bodies) await alice.post('/v2/message', { recipient: 'bob', body })
+  const cases: [string, string][] = [
+    ['alice@example.org', bodies[0]!], ['example.org', bodies[0]!], ['report.pdf', bodies[1]!], ['report', bodies[1]!],
+    ['pdf', bodies[1]!], ['files.example.net', bodies[2]!], ['pub', bodies[2]!], ['/pub/v2', bodies[2]!], ['3.14', bodies[3]!]
+  ]
+  for (const [query, body] of cases) {
+    const found = await find(alice, { query, types: ['messages'] })
+    t.same(found.results.map((r) => r.message!.body), [body], `"${query}" finds "${body}"`)
+  }
+  const example = await find(alice, { query: 'example', types: ['messages'] })
+  t.same(example.results.map((r) => r.message!.body).sort(), [bodies[0], bodies[2]].sort(), '"example" finds both messages that hold it')
+})
