@@ -14,6 +14,7 @@ import autocannon from 'autocannon'
 import pg from 'pg'
 import { createFixtures, freshDatabase, ROOT, startService, type Key } from './fixtures.js'
 import { pgbench, type PgbenchResult } from './pgbench.js'
+import { noisyNeighbours } from './neighbours.js'
 import { idlePollMemory, wakeUpLatency } from './pollers.js'
 
 const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -126,6 +127,8 @@ async function main (): Promise<void> {
       connections: PAIRS,
       ...await load(url, PAIRS, (i) => ({ path: `/v2/user/${f.receivers[i]!.address}`, method: 'GET', headers: { authorization: f.senders[i]!.authorization } }))
     })
+    // Last: its uploads and big groups leave rows behind that would slow the scenarios above.
+    const neighbours = await noisyNeighbours(url, database.url, f.senders[0]!, f.receivers[0]!.address, f.senders[PAIRS - 1]!, Math.max(3, Math.round(SECONDS / 2)))
 
     console.log('')
     console.log('| scenario | connections | requests/s | p50 | p99 | errors | pgbench tps (same SQL, same clients) | ratio |')
@@ -137,6 +140,13 @@ async function main (): Promise<void> {
     }
     console.log(`| 4. long-poll wake-up, ${wake.pollers} pollers | | | ${ms(wake.afterSend.p50)} | ${ms(wake.afterSend.p99)} | | LISTEN connections: ${wake.listenConnections} | |`)
     console.log(`| 6. RSS with ${memory.idlePolls} idle long-polls | | | | | | ${mb(memory.rssWithPolls)} (${mb(memory.rssBefore)} before, ${(memory.perPoll / 1024).toFixed(1)} KiB per poll) | |`)
+    console.log('')
+    console.log('| 7. noisy neighbour: abuse by one key (rate limit off) | bystander sends | p50 | p99 | max | bystander non-200 | abuser requests (statuses) |')
+    console.log('|---|---|---|---|---|---|---|')
+    for (const n of neighbours) {
+      const statuses = Object.entries(n.abuser.statuses).map(([code, count]) => `${count} × ${code}`).join(', ')
+      console.log(`| ${n.abuse} | ${n.bystander.sends} | ${ms(n.bystander.p50)} | ${ms(n.bystander.p99)} | ${ms(n.bystander.max)} | ${n.bystander.non200} | ${n.abuser.requests}${statuses === '' ? '' : ` (${statuses})`} |`)
+    }
 
     const day = started.toISOString().slice(0, 10)
     const dir = join(ROOT, 'bench', 'results')
@@ -149,7 +159,8 @@ async function main (): Promise<void> {
       http: rows,
       limits: [...limits.values()],
       wakeUp: wake,
-      memory
+      memory,
+      neighbours
     }, null, 2) + '\n')
     console.log(`\nwrote ${file}`)
   } finally {
