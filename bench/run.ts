@@ -16,6 +16,7 @@ import { createFixtures, freshDatabase, ROOT, startService, type Key } from './f
 import { pgbench, type PgbenchResult } from './pgbench.js'
 import { noisyNeighbours } from './neighbours.js'
 import { idlePollMemory, wakeUpLatency } from './pollers.js'
+import { transfers } from './transfers.js'
 
 const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
@@ -127,6 +128,8 @@ async function main (): Promise<void> {
       connections: PAIRS,
       ...await load(url, PAIRS, (i) => ({ path: `/v2/user/${f.receivers[i]!.address}`, method: 'GET', headers: { authorization: f.senders[i]!.authorization } }))
     })
+    console.log('scenario 8: attachments, 4 sends of 10 x 25 MiB at once, then every file downloaded')
+    const transfer = await transfers(url, f.senders.slice(1, 5), f.receivers[1]!, service.rss)
     // Last: its uploads and big groups leave rows behind that would slow the scenarios above.
     const neighbours = await noisyNeighbours(url, database.url, f.senders[0]!, f.receivers[0]!.address, f.senders[PAIRS - 1]!, Math.max(3, Math.round(SECONDS / 2)))
 
@@ -140,6 +143,8 @@ async function main (): Promise<void> {
     }
     console.log(`| 4. long-poll wake-up, ${wake.pollers} pollers | | | ${ms(wake.afterSend.p50)} | ${ms(wake.afterSend.p99)} | | LISTEN connections: ${wake.listenConnections} | |`)
     console.log(`| 6. RSS with ${memory.idlePolls} idle long-polls | | | | | | ${mb(memory.rssWithPolls)} (${mb(memory.rssBefore)} before, ${(memory.perPoll / 1024).toFixed(1)} KiB per poll) | |`)
+    console.log(`| 8. attachments: ${transfer.mib} MiB up, 4 sends at once; then down, 4 at once | | | | | | upload ${transfer.uploadMiBps.toFixed(0)} MiB/s, download ${transfer.downloadMiBps.toFixed(0)} MiB/s, peak RSS ${mb(transfer.peakRss)} (${mb(transfer.rssBefore)} before) | |`)
+
     console.log('')
     console.log('| 7. noisy neighbour: abuse by one key (rate limit off) | bystander sends | p50 | p99 | max | bystander non-200 | abuser requests (statuses) |')
     console.log('|---|---|---|---|---|---|---|')
@@ -160,6 +165,7 @@ async function main (): Promise<void> {
       limits: [...limits.values()],
       wakeUp: wake,
       memory,
+      transfer,
       neighbours
     }, null, 2) + '\n')
     console.log(`\nwrote ${file}`)
