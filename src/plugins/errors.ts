@@ -103,8 +103,11 @@ export const errorsPlugin = fp(async (app: FastifyInstance, opts: ErrorsOptions)
     return sendError(reply, error)
   })
 
-  app.setNotFoundHandler((req, reply) => {
-    const path = req.url.split('?')[0] ?? req.url
-    return sendError(reply, new NotFound('route', `${req.method} ${path}`))
-  })
+  app.setNotFoundHandler(answerUnknownRoute)
 }, { name: 'parley-errors' })
+
+/** 404 NOT_FOUND naming the method and path (without its query) that matched no route. */
+export function answerUnknownRoute (req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const path = req.url.split('?')[0] ?? req.url
+  return sendError(reply, new NotFound('route', `${req.method} ${path}`))
+}

@@ -2,8 +2,8 @@ import rateLimit from '@fastify/rate-limit'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Redis } from 'ioredis'
-import { NotFound, RateLimited } from '../errors.js'
-import { sendError } from './errors.js'
+import { RateLimited } from '../errors.js'
+import { answerUnknownRoute } from './errors.js'
 import { GcraStore, redisGcraStore } from './rate-limit-stores.js'
 
 /**
@@ -49,8 +49,5 @@ export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOp
   })
   // Unknown paths count too, and answer with the limiter's headers: the plugin limits routes,
   // and the not-found handler is not one unless it asks.
-  app.setNotFoundHandler({ preHandler: app.rateLimit() }, (req, reply) => {
-    const path = req.url.split('?')[0] ?? req.url
-    return sendError(reply, new NotFound('route', `${req.method} ${path}`))
-  })
+  app.setNotFoundHandler({ preHandler: app.rateLimit() }, answerUnknownRoute)
 }, { name: 'parley-rate-limit' })
