@@ -34,6 +34,8 @@ t.test('the web console in a real browser', { skip }, async (t) => {
     // A refused fetch (the wrong secret's 401) is logged by the browser, not by a script.
     if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) scriptErrors.push(message.text())
   })
+  const requested: string[] = []
+  page.on('request', (request) => { requested.push(new URL(request.url()).pathname) })
   const dialogs: string[] = []
   page.on('dialog', (dialog) => { dialogs.push(dialog.message()); void dialog.dismiss() })
   const byTestId = (id: string) => page.locator(`[data-testid="${id}"]`)
@@ -82,6 +84,8 @@ t.test('the web console in a real browser', { skip }, async (t) => {
     // Shown, so reported read.
     const id = (sent.json() as { id: string }).id
     await t.resolves(waitFor(async () => (await bob.get(`/v2/message/${id}/status`)).json().recipients[0].status === 'read'), 'bob sees it read')
+    t.ok(requested.includes('/v2/events/stream'), 'the page follows the feed over the event stream (SSE)')
+    t.equal(await page.locator('#connection').textContent(), 'live')
   })
 
   await t.test('a body that looks like HTML is shown as text and runs nothing', async (t) => {
@@ -130,6 +134,21 @@ t.test('the web console in a real browser', { skip }, async (t) => {
     await page.reload()
     await byTestId('sign-in').waitFor()
     t.notOk(await byTestId('signed-in-as').isVisible(), 'a reload does not sign back in')
+  })
+
+  await t.test('where no event stream is offered, the page long-polls instead', async (t) => {
+    const polling = await browser.newPage()
+    await polling.route('**/v2/events/stream**', (route) => route.fulfill({ status: 404, contentType: 'application/json', body: '{"statusCode":404}' }))
+    await polling.goto(url)
+    await polling.locator('[data-testid="key-id"]').fill(alice.keyId)
+    await polling.locator('[data-testid="secret"]').fill(alice.secret)
+    await polling.locator('[data-testid="sign-in"]').click()
+    await polling.locator('#connection').filter({ hasText: 'live (polling)' }).waitFor()
+    t.equal((await bob.post('/v2/message', { recipient: 'alice', body: 'heard by polling' })).statusCode, 200)
+    await polling.locator('[data-testid="conversation"]').filter({ hasText: 'bob' }).click()
+    await polling.locator('[data-testid="message"] .body').getByText('heard by polling', { exact: true }).waitFor()
+    t.pass('a message arrived by long-poll')
+    await polling.close()
   })
 
   t.same(scriptErrors, [], 'the page logged no script errors')

@@ -1,5 +1,5 @@
-import { createParleyClient } from '../../src/client/index.js'
-import type { DeliveryStatus } from './types.js'
+import { basicAuthorization, createParleyClient } from '../../src/client/index.js'
+import type { DeliveryStatus, FeedEvent } from './types.js'
 
 export interface Credentials { keyId: string, secret: string }
 
@@ -9,6 +9,38 @@ export class ApiError extends Error {
 }
 
 export type Api = ReturnType<typeof createApi>
+
+/**
+ * Reads `GET /v2/events/stream` (Server-Sent Events) until it ends, calling onEvent for each
+ * event in order. A fetch, not EventSource: EventSource cannot send an Authorization header.
+ * Resolves false when this server offers no stream (any answer but a 200 event stream, 401
+ * aside), so the caller can long-poll instead; true when an open stream ended.
+ */
+async function readStream (authorization: string, after: string, signal: AbortSignal, onEvent: (event: FeedEvent) => void): Promise<boolean> {
+  const res = await fetch(`/v2/events/stream?after=${encodeURIComponent(after)}`, {
+    headers: { authorization, accept: 'text/event-stream' }, credentials: 'omit', signal
+  })
+  if (res.status === 401) throw new ApiError(401, 'UNAUTHORIZED', 'the key was refused')
+  if (!res.ok || res.body === null || !(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+    await res.body?.cancel()
+    return false
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
+  let buffered = ''
+  for (;;) {
+    const { value, done } = await reader.read()
+    if (done) return true
+    buffered += value
+    // Frames end with a blank line; only `data:` lines matter here (the event carries its id and type).
+    let end: number
+    while ((end = buffered.indexOf('\n\n')) >= 0) {
+      const frame = buffered.slice(0, end)
+      buffered = buffered.slice(end + 2)
+      const data = frame.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trimStart()).join('\n')
+      if (data !== '') onEvent(JSON.parse(data) as FeedEvent)
+    }
+  }
+}
 
 interface Answer<T> { data?: T, error?: unknown, response: Response }
 
@@ -22,12 +54,15 @@ function ok<T> ({ data, error, response }: Answer<T>, what: string): T {
 /** The /v2 routes the console uses, as one key, through the typed client. */
 export function createApi ({ keyId, secret }: Credentials) {
   const client = createParleyClient({ baseUrl: '', keyId, secret })
+  const authorization = basicAuthorization(keyId, secret)
   const message = (id: string) => ({ params: { path: { message: id } } })
 
   return {
     whoami: async () => ok(await client.GET('/v2/whoami'), 'whoami'),
     events: async (after: string, wait: number, signal?: AbortSignal) =>
       ok(await client.GET('/v2/events', { params: { query: { after, limit: 1000, wait } }, ...(signal === undefined ? {} : { signal }) }), 'events'),
+    /** The feed as it happens, after `after` (see readStream). */
+    stream: async (after: string, signal: AbortSignal, onEvent: (event: FeedEvent) => void) => readStream(authorization, after, signal, onEvent),
     roster: async () => ok(await client.GET('/v2/roster'), 'roster'),
     group: async (id: string) => ok(await client.GET('/v2/group/{group}', { params: { path: { group: id } } }), 'group'),
     /** A conversation's messages, newest first, a page at a time. */

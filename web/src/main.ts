@@ -121,12 +121,30 @@ async function nameGroup (s: Session, id: string): Promise<void> {
   if (s.active === id) threadTitle.textContent = group.name
 }
 
-/** Reads the feed from the start, then long-polls it, until sign-out. */
+/**
+ * Reads the feed from the start, then follows it live until sign-out: over the event stream
+ * (Server-Sent Events), or by long-polling where the server or a proxy offers no stream.
+ */
 async function follow (s: Session): Promise<void> {
   let failures = 0
   let caughtUp = false
+  let streams = true
   while (!s.stop.signal.aborted) {
     try {
+      if (caughtUp && streams) {
+        connection.textContent = 'live'
+        const opened = Date.now()
+        streams = await s.api.stream(s.after, s.stop.signal, (event) => {
+          handle(s, event, true)
+          s.after = event.id
+          failures = 0
+        })
+        // An open stream that ended (a restart, a proxy's timeout): open it again, at once
+        // unless it lasted under a second.
+        if (streams && Date.now() - opened < 1_000) await sleep(1_000)
+        continue
+      }
+      if (caughtUp) connection.textContent = 'live (polling)'
       const page = await s.api.events(s.after, caughtUp ? 25 : 0, s.stop.signal)
       for (const event of page.events) handle(s, event, caughtUp)
       s.after = page.last
@@ -136,7 +154,7 @@ async function follow (s: Session): Promise<void> {
         if (s.active !== undefined) renderThread()
       }
       failures = 0
-      connection.textContent = caughtUp ? 'live' : 'catching up…'
+      if (!caughtUp) connection.textContent = 'catching up…'
     } catch (err) {
       if (s.stop.signal.aborted) return
       if (err instanceof ApiError && err.status === 401) return signOut('Your key is no longer valid; sign in again.')
