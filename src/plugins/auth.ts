@@ -68,7 +68,7 @@ export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator:
     if (req.routeOptions.config.public === true) return done()
     const network = clientNetwork(req.ip)
     // A network that keeps failing gets no more lookups this second for ids not already known.
-    if (failures.exceeded(network) && !opts.authenticator.isCached(basicUsername(req.headers.authorization))) {
+    if (failures.exceeded(network) && !opts.authenticator.isKnown(basicUsername(req.headers.authorization))) {
       return done(new RateLimited())
     }
     app.basicAuth(req, reply, (err?: Error) => {

@@ -49,7 +49,7 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
   app.addHook('preValidation', async (req, reply) => {
     if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
     let stillSince: number | undefined
-    const progress: UploadProgress = { writes: 0 }
+    const progress: UploadProgress = { writes: 0, inlineBytesLeft: opts.chunkBytes }
     storing.set(req, progress)
     watchdogs.set(req, setInterval(() => {
       const still = progress.writes === 0 && (req.raw.readableEnded || req.raw.readableFlowing === false)
@@ -85,9 +85,11 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
         }
         throw err
       }
-      const ids = staged.get(req) ?? []
-      ids.push(file.uploadId)
-      staged.set(req, ids)
+      if (file.staged) {
+        const ids = staged.get(req) ?? []
+        ids.push(file.uploadId)
+        staged.set(req, ids)
+      }
       // keyValues mode stores `part.value` as the field's value.
       Object.assign(part, { value: file })
     }

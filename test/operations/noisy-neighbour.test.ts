@@ -1,4 +1,7 @@
+import { spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { usingPostgres } from '../support/databases.js'
 import { build } from '../helper.js'
@@ -13,18 +16,24 @@ const ENV = { RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' }
 
 const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1] ?? 0
 
-/** Sends bob a message again and again until stop(); each answer's status and latency. */
-function bystander (base: string, authorization: string) {
+/**
+ * Sends bob a message again and again until stop(); each answer's status and latency. With
+ * everyMs, one send starts at most that often (to stay inside the default rate limit).
+ */
+function bystander (base: string, authorization: string, everyMs = 0) {
   const results: { status: number, ms: number }[] = []
   let running = true
+  let lastStart = 0
   const loop = (async () => {
     while (running) {
       const started = performance.now()
+      if (everyMs > 0 && results.length > 0) await sleep(everyMs - (started - lastStart))
+      lastStart = performance.now()
       const res = await fetch(`${base}/v2/message`, {
         method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify({ recipient: 'bob', body: 'still here' })
       })
       await res.arrayBuffer()
-      results.push({ status: res.status, ms: performance.now() - started })
+      results.push({ status: res.status, ms: performance.now() - lastStart })
     }
   })()
   return {
@@ -36,8 +45,8 @@ function bystander (base: string, authorization: string) {
   }
 }
 
-async function setUp (t: Parameters<typeof build>[0]) {
-  const built = await build(t, { env: ENV })
+async function setUp (t: Parameters<typeof build>[0], env: Record<string, string> = ENV) {
+  const built = await build(t, { env })
   const abuser = await built.as('mallory')
   const carol = await built.as('carol')
   await built.as('bob')
@@ -126,4 +135,67 @@ t.test('12 concurrent 4 x 25 MiB sends by one key', { skip }, async (t) => {
   }))
   judge(t, '12 large sends', await watch.stop())
   t.same(statuses, Array(12).fill(200), 'the abuser\'s sends all answered 200')
+})
+
+// The two abuses below cost the database nothing by design, so they run on both databases, with
+// the default rate limit (20 a second per key or network) that the abuser stays inside.
+const DEFAULT_LIMITS = { DAILY_MESSAGE_QUOTA: '100000' }
+
+t.test('wide JSON bodies: 1 MiB of 499,000 array elements, 18 a second for 3 s, by one key', async (t) => {
+  const { base, abuser, carol } = await setUp(t, DEFAULT_LIMITS)
+  const wide = JSON.stringify({ recipient: 'bob', body: 'x', padding: new Array<number>(499_000).fill(0) })
+  const deep = JSON.stringify({ a: new Array<number>(499_000).fill(0) })
+  t.ok(wide.length < 1024 * 1024 && deep.length < 1024 * 1024, 'each under the 1 MiB body limit')
+  const watch = bystander(base, carol.authorization, 70)
+  const answers = new Map<string, Set<string>>([['/v2/message', new Set()], ['/v2/metadata/mallory', new Set()]])
+  const sending: Promise<void>[] = []
+  for (let i = 0; i < 54; i++) {
+    const [path, body] = i % 2 === 0 ? ['/v2/message', wide] : ['/v2/metadata/mallory', deep]
+    sending.push(fetch(`${base}${path}`, { method: 'POST', headers: { authorization: abuser.authorization, 'content-type': 'application/json' }, body })
+      .then(async (res) => { answers.get(path)!.add(`${res.status} ${((await res.json()) as { code?: string }).code ?? ''}`.trim()) }))
+    await sleep(1000 / 18)
+  }
+  await Promise.all(sending)
+  judge(t, '54 wide bodies', await watch.stop())
+  // A message's unknown field is ignored (the message is sent without it); a metadata value of
+  // 499,000 elements is over the map's size limit.
+  t.same([...answers.get('/v2/message')!], ['200'], 'each wide message was sent, its unknown field dropped')
+  t.same([...answers.get('/v2/metadata/mallory')!], ['400 VALIDATION_FAILED'], 'each wide metadata write was refused, none stored')
+})
+
+/**
+ * The made-up key ids' requests: `count` of them, `concurrency` at a time, from a child process
+ * at the lowest CPU priority. An attacker's client runs on its own machine; on this 2-core one a
+ * fetch loop at full speed would otherwise take a core from the server it is attacking, and the
+ * test would measure the harness. Resolves with the count of each status.
+ */
+async function floodWithMadeUpKeys (base: string, count: number, concurrency: number): Promise<Record<string, number>> {
+  const script = `
+    const [base, count, concurrency] = [process.argv[1], Number(process.argv[2]), Number(process.argv[3])]
+    const statuses = {}
+    let next = 0
+    Promise.all(Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        const id = 'key_' + (next++).toString(36).padStart(26, '0')
+        const res = await fetch(base + '/v2/whoami', { headers: { authorization: 'Basic ' + Buffer.from(id + ':' + 's'.repeat(43)).toString('base64') } })
+        await res.arrayBuffer()
+        statuses[res.status] = (statuses[res.status] ?? 0) + 1
+      }
+    })).then(() => process.stdout.write(JSON.stringify(statuses)))
+  `
+  const child = spawn('nice', ['-n', '19', process.execPath, '-e', script, base, String(count), String(concurrency)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
+  const [code] = await once(child, 'close') as [number | null]
+  if (code !== 0) throw new Error(`the flood exited with ${code}`)
+  return JSON.parse(out) as Record<string, number>
+}
+
+t.test('made-up key ids: 5,000 requests, 50 at a time, from the bystander\'s own address', async (t) => {
+  const { base, carol } = await setUp(t, DEFAULT_LIMITS)
+  const watch = bystander(base, carol.authorization, 70)
+  const statuses = await floodWithMadeUpKeys(base, 5_000, 50)
+  judge(t, '5,000 made-up keys', await watch.stop())
+  t.same(Object.keys(statuses).sort(), ['401', '429'], `the abuser got only 401 and 429: ${JSON.stringify(statuses)}`)
+  t.ok((statuses['429'] ?? 0) > 4_000, 'most were refused by the limiter')
 })

@@ -3,7 +3,7 @@ import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../src/db/rows.js'
 import { createKeysRepository } from '../../src/modules/keys/keys.repository.js'
-import { KEY_CACHE_MS } from '../../src/modules/keys/authenticator.js'
+import { createAuthenticator, KEY_CACHE_MS, KNOWN_KEY_MS } from '../../src/modules/keys/authenticator.js'
 import { basic, build } from '../helper.js'
 
 const UNAUTHORIZED = { statusCode: 401, error: 'Unauthorized', code: 'UNAUTHORIZED' }
@@ -95,4 +95,22 @@ t.test('an unknown key id costs what a known one does: one lookup, then the cach
     t.equal(res.statusCode, 401)
     t.ok(app.authenticator.isCached(id), `${id === unknown ? 'unknown' : 'known'} id: answered from the cache from now on`)
   }
+})
+
+t.test('a key that authenticated stays known for KNOWN_KEY_MS after its cache entry runs out; wrong secrets never make one known', async (t) => {
+  const { db, createKey, createUser } = await build(t)
+  await createUser('bob')
+  const key = await createKey('bob')
+  let clock = 1_000_000
+  const authenticator = createAuthenticator(db, 100, () => clock)
+  t.notOk(authenticator.isKnown(key.keyId), 'not known before it is used')
+  t.notOk(await authenticator.authenticate(key.keyId, 'sk_wrong'), 'a wrong secret fails')
+  clock += KEY_CACHE_MS + 1
+  t.notOk(authenticator.isKnown(key.keyId), 'and did not make the id known')
+  t.ok(await authenticator.authenticate(key.keyId, key.secret), 'the right secret works')
+  clock += KEY_CACHE_MS + 1
+  t.notOk(authenticator.isCached(key.keyId), 'the cache entry ran out')
+  t.ok(authenticator.isKnown(key.keyId), 'but the id is still known')
+  clock += KNOWN_KEY_MS
+  t.notOk(authenticator.isKnown(key.keyId), `forgotten ${KNOWN_KEY_MS / 60_000} minutes after its last success`)
 })

@@ -23,6 +23,13 @@ export const LAST_USED_EVERY_MS = 60_000
 export const KEY_CACHE_MS = 5_000
 const MAX_CACHED_KEYS = 10_000
 
+/**
+ * How long a key id that authenticated stays known to the process after its last success, so
+ * that while its network is throttled for failed authentications (a flood of made-up ids from
+ * the same address) it still reaches the database when its cache entry runs out.
+ */
+export const KNOWN_KEY_MS = 10 * 60_000
+
 // An unknown id is cached too (as undefined): ids are random, so none can be tried before it is issued.
 interface Cached { row: KeyForAuth | undefined, until: number }
 
@@ -37,6 +44,14 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
   const keys = createKeysRepository(db)
   const cache = new Map<string, Cached>()
   const lastTouched = new Map<string, number>()
+  // Key ids by their last successful authentication, oldest first.
+  const verifiedAt = new Map<string, number>()
+
+  function verified (keyId: string): void {
+    verifiedAt.delete(keyId)
+    if (verifiedAt.size >= MAX_CACHED_KEYS) verifiedAt.delete(verifiedAt.keys().next().value!)
+    verifiedAt.set(keyId, now())
+  }
 
   /** lastUsedAt, written in the background and at most once a minute per key. */
   function touch (keyId: string): void {
@@ -67,6 +82,7 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
       if (row.revokedAt !== null || row.userDeactivatedAt !== null) return undefined
       if (row.expiresAt !== null && row.expiresAt.getTime() <= now()) return undefined
       touch(row.id)
+      verified(row.id)
       return { keyId: row.id, address: row.address, dailyQuota: row.dailyQuota ?? defaultDailyQuota, scopes: row.scopes.filter(isScope) }
     },
     /** Whether answering for this id needs no database lookup now. */
@@ -74,10 +90,18 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
       const hit = cache.get(keyId)
       return hit !== undefined && hit.until > now()
     },
+    /**
+     * Whether this id is worth a lookup from a network throttled for failed authentications:
+     * it is cached (no lookup at all), or it authenticated here within KNOWN_KEY_MS.
+     */
+    isKnown (keyId: string): boolean {
+      return this.isCached(keyId) || (verifiedAt.get(keyId) ?? -Infinity) > now() - KNOWN_KEY_MS
+    },
     /** Forgets cached keys (tests, and after this process changes a key itself). */
     clear (): void {
       cache.clear()
       lastTouched.clear()
+      verifiedAt.clear()
     }
   }
 }

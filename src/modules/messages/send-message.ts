@@ -114,16 +114,27 @@ export async function deliverMessage (db: Db, d: Delivery): Promise<{ message: M
       WHERE ${counted}${toUser ? sql` AND EXISTS (SELECT 1 FROM feed)` : sql``}
       RETURNING id)`)
   if (files.length > 0) {
-    // The bytes are already staged, chunk by chunk; the message takes them over here, in the
-    // same statement, so a refused send claims nothing and its chunks are deleted after.
     const rows = sql.join(files.map((f, i) => sql`(${i + 1}::int, ${f.filename}::text, ${f.contentType}::text, ${f.size}::int, ${f.sha256}::text, ${f.uploadId}::text)`), sql`, `)
     parts.push(sql`files AS (
       INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, upload_id)
       SELECT written.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.upload_id
       FROM written, (VALUES ${rows}) AS f(n, filename, content_type, size, sha256, upload_id))`)
-    parts.push(sql`claimed AS (
-      UPDATE attachment_chunks SET message_id = written.id FROM written
-      WHERE attachment_chunks.upload_id = ANY(${sql.param(files.map((f) => f.uploadId))}::text[]) AND attachment_chunks.message_id IS NULL)`)
+    // A small file came whole with the request: its one chunk is written here (an empty file has none).
+    const inline = files.filter((f) => f.bytes !== undefined && f.bytes.length > 0)
+    if (inline.length > 0) {
+      const chunks = sql.join(inline.map((f) => sql`(${f.uploadId}::text, ${f.bytes}::bytea)`), sql`, `)
+      parts.push(sql`inline_chunks AS (
+        INSERT INTO attachment_chunks (upload_id, seq, message_id, data)
+        SELECT c.upload_id, 0, written.id, c.data FROM written, (VALUES ${chunks}) AS c(upload_id, data))`)
+    }
+    // A larger file's bytes are already staged, chunk by chunk; the message takes them over
+    // here, in the same statement, so a refused send claims nothing and they are deleted after.
+    const staged = files.filter((f) => f.staged)
+    if (staged.length > 0) {
+      parts.push(sql`claimed AS (
+        UPDATE attachment_chunks SET message_id = written.id FROM written
+        WHERE attachment_chunks.upload_id = ANY(${sql.param(staged.map((f) => f.uploadId))}::text[]) AND attachment_chunks.message_id IS NULL)`)
+    }
   }
   parts.push(sql`delivered AS (INSERT INTO deliveries (message_id, recipient) SELECT written.id, feed.address FROM written, feed)`)
   parts.push(sql`appended AS (

@@ -1,8 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { connect } from 'node:net'
+import { Readable } from 'node:stream'
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
+import { readUpload } from '../../../src/plugins/uploads.js'
 import type { Db } from '../../../src/db/client.js'
 import { build } from '../../helper.js'
 
@@ -133,4 +135,37 @@ t.test('an upload whose client drops the socket mid-body leaves no staged rows a
   t.notMatch(logs(), /"level":50/, 'no error logged (not a database outage)')
   const [row] = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM messages`)
   t.equal(row!.n, 0, 'no message')
+})
+
+t.test('small files ride in the send\'s own statement, up to one chunk a request; the rest is staged', async (t) => {
+  const sink = { staged: [] as string[], async stage (uploadId: string) { this.staged.push(uploadId) }, async discard () { return 0 } }
+  const progress = { writes: 0, inlineBytesLeft: 256 * 1024 }
+  const part = (bytes: number) => Object.assign(Object.create(null) as object, {
+    file: Object.assign(Readable.from([randomBytes(bytes)]), { truncated: false }), filename: 'f.bin', mimetype: 'application/octet-stream'
+  }) as unknown as Parameters<typeof readUpload>[0]
+  const first = await readUpload(part(100 * 1024), sink, 256 * 1024, progress)
+  const second = await readUpload(part(100 * 1024), sink, 256 * 1024, progress)
+  const third = await readUpload(part(100 * 1024), sink, 256 * 1024, progress)
+  const empty = await readUpload(part(0), sink, 256 * 1024, progress)
+  t.same([first.staged, second.staged, third.staged, empty.staged], [false, false, true, false], 'two fit the request\'s 256 KiB, the third is staged, an empty one costs nothing')
+  t.equal(first.bytes?.length, 100 * 1024)
+  t.same(sink.staged, [third.uploadId], 'one chunk staged, for the third file only')
+  t.equal(progress.inlineBytesLeft, 56 * 1024)
+
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const files = [randomBytes(100 * 1024), randomBytes(100 * 1024), randomBytes(100 * 1024), randomBytes(0), randomBytes(300 * 1024)]
+  const refused = await alice.post('/v2/message', form({ recipient: 'nobody' }, files.map((data, i) => ({ data, type: 'application/octet-stream', filename: `f${i}` }))))
+  t.equal(refused.statusCode, 404)
+  await until('staged chunks deleted', async () => (await chunkCounts(db)).staged === 0)
+  t.same(await chunkCounts(db), { staged: 0, claimed: 0 }, 'a refused send with small and large files leaves no chunk')
+  const sent = await alice.post('/v2/message', form({ recipient: 'bob' }, files.map((data, i) => ({ data, type: 'application/octet-stream', filename: `f${i}` }))))
+  t.equal(sent.statusCode, 200, sent.body)
+  for (let i = 0; i < files.length; i++) {
+    const res = await bob.get(`/v2/message/${sent.json().id}/attachment/${i + 1}`)
+    t.equal(res.statusCode, 200)
+    t.equal(createHash('sha256').update(res.rawPayload).digest('hex'), createHash('sha256').update(files[i]!).digest('hex'), `file ${i + 1} (${files[i]!.length} bytes) read back whole`)
+  }
+  t.same(await chunkCounts(db), { staged: 0, claimed: 5 }, 'two inline chunks, one staged small file, two chunks of the large one')
 })

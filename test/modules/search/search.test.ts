@@ -1,7 +1,7 @@
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
-import { messageSearchQuery, prefixQuery } from '../../../src/modules/search/message-search.js'
+import { messageSearchQuery, prefixQuery, READER_FIRST_MAX, readerFirstQuery, readsAtMost, searchMessages, type MessageSearch } from '../../../src/modules/search/message-search.js'
 import { build, type Caller } from '../../helper.js'
 
 type Result = { type: string, message?: { body: string, id: string }, user?: { address: string }, group?: { name: string } }
@@ -114,10 +114,12 @@ t.test('pages follow nextCursor with no overlap and no gap, across result types'
   t.match((await alice.post('/v2/search', { query: 'needle', cursor: 'garbage' })).json(), { statusCode: 400, message: /cursor/ })
 })
 
-t.test('the message search uses the GIN index on a table of 100,000 messages', async (t) => {
+t.test('a search costs what the caller can read: reader-first for a small reader, the GIN index for a large one', async (t) => {
   const { as, db } = await build(t)
   await as('alice')
   await as('bob')
+  await as('carol')
+  // 100,000 messages between alice and bob; carol received three of them and sent one.
   await db.execute(sql`
     INSERT INTO messages (id, sender, recipient, body, created_at)
     SELECT 'msg_' || lpad(g::text, 26, '0'), CASE WHEN g % 2 = 0 THEN 'alice' ELSE 'bob' END,
@@ -125,14 +127,44 @@ t.test('the message search uses the GIN index on a table of 100,000 messages', a
            'filler text number ' || g || CASE WHEN g % 5000 = 0 THEN ' zebra' ELSE '' END,
            now() - (g || ' seconds')::interval
     FROM generate_series(1, 100000) AS g`)
-  await db.execute(sql`ANALYZE messages`)
-  const query = messageSearchQuery(db, { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 }).toSQL()
-  const plan = await queryRows<{ 'QUERY PLAN': string }>(db, sql.raw(`EXPLAIN ${inline(query.sql, query.params)}`))
-  const text = plan.map((row) => row['QUERY PLAN']).join('\n')
-  t.match(text, /messages_search_idx/, `the plan reads the GIN index:\n${text}`)
-  const rows = await messageSearchQuery(db, { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 })
-  t.equal(rows.length, 20, 'the 20 zebra messages, all sent by alice')
+  await db.execute(sql`
+    INSERT INTO deliveries (message_id, recipient, hidden_at)
+    SELECT 'msg_' || lpad(g::text, 26, '0'), CASE WHEN g % 2 = 0 THEN 'bob' ELSE 'alice' END, NULL::timestamptz FROM generate_series(1, 100000) AS g
+    UNION ALL VALUES ('msg_' || lpad('10'::text, 26, '0'), 'carol', NULL), ('msg_' || lpad('5000'::text, 26, '0'), 'carol', NULL),
+                     ('msg_' || lpad('7'::text, 26, '0'), 'carol', now())`)
+  await db.execute(sql`INSERT INTO messages (id, sender, recipient, body) VALUES ('msg_carol000000000000000000000', 'carol', 'bob', 'filler from carol')`)
+  await db.execute(sql`ANALYZE`)
+
+  t.equal(await readsAtMost(db, 'carol', READER_FIRST_MAX), true, 'carol reads a handful: reader-first')
+  t.equal(await readsAtMost(db, 'alice', READER_FIRST_MAX), false, 'alice reads 100,000: index-first')
+
+  const carolPlan = await explain(db, readerFirstQuery(db, { viewer: 'carol', tsquery: prefixQuery('f'), limit: 51 }).toSQL())
+  t.notMatch(carolPlan, /messages_search_idx|Seq Scan on messages/, `carol's one-letter search reads neither the GIN index nor the table:\n${carolPlan}`)
+  const alicePlan = await explain(db, messageSearchQuery(db, { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 }).toSQL())
+  t.match(alicePlan, /messages_search_idx/, `alice's search reads the GIN index:\n${alicePlan}`)
+
+  // The two plans are one answer: whoever asks, whatever the words, page or conversation.
+  const searches: MessageSearch[] = [
+    { viewer: 'carol', tsquery: prefixQuery('f'), limit: 51 },
+    { viewer: 'carol', tsquery: prefixQuery('zebra'), limit: 51 },
+    { viewer: 'carol', tsquery: prefixQuery('filler t'), limit: 1 },
+    { viewer: 'carol', tsquery: prefixQuery('filler'), limit: 51, with: { kind: 'user', address: 'bob' } },
+    { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 },
+    { viewer: 'alice', tsquery: prefixQuery('number 99'), limit: 5, before: { createdAt: new Date(Date.now() - 5_000_000).toISOString(), id: 'msg_z' } },
+    { viewer: 'bob', tsquery: prefixQuery('carol'), limit: 51 }
+  ]
+  for (const s of searches) {
+    const [table, reader] = await Promise.all([messageSearchQuery(db, s), readerFirstQuery(db, s)])
+    t.same(reader.map((m) => m.id), table.map((m) => m.id), `both plans agree on ${JSON.stringify(s)} (${table.length} found)`)
+  }
+  t.same((await searchMessages(db, searches[0]!)).map((m) => m.body), ['filler from carol', 'filler text number 10', 'filler text number 5000 zebra'], 'carol never sees the message she hid')
+  t.equal((await searchMessages(db, searches[4]!)).length, 20, 'the 20 zebra messages alice sent')
 })
+
+async function explain (db: Parameters<typeof queryRows>[0], query: { sql: string, params: unknown[] }): Promise<string> {
+  const plan = await queryRows<{ 'QUERY PLAN': string }>(db, sql.raw(`EXPLAIN ${inline(query.sql, query.params)}`))
+  return plan.map((row) => row['QUERY PLAN']).join('\n')
+}
 
 /** The query with its parameters written in, for EXPLAIN (the values are the test's own). */
 function inline (text: string, params: unknown[]): string {
