@@ -9,6 +9,9 @@ import type { Config } from './config.js'
 import type { Database } from './db/client.js'
 import { buildValidator } from './validation.js'
 import { createMetrics, type Metrics } from './metrics.js'
+import { createWebhookDispatcher } from './modules/webhooks/webhook-dispatcher.js'
+import { createWebhookSender } from './modules/webhooks/webhook-sender.js'
+import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
 import { createTestBot } from './modules/bot/test-bot.js'
 import { adminRoutes } from './modules/admin/admin.routes.js'
 import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
@@ -140,9 +143,11 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   const bus = createEventBus(database)
   await bus.start()
   const bot = createTestBot(database.db, bus, config.testBotAddress, app.log)
+  const webhooks = createWebhookDispatcher({ db: database.db, bus, sender: createWebhookSender(config.webhookAllowPrivate), log: app.log })
   let stopRetention: (() => void) | undefined
   app.addHook('onReady', async () => {
     bot.start()
+    webhooks.start()
     stopRetention = startRetention(database.db, app.log)
   })
   // Before connections drain: waiting long-polls answer (empty) now instead of holding shutdown,
@@ -158,6 +163,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     stopRetention?.()
     await bus.stop()
     await bot.stop()
+    await webhooks.stop()
   })
 
   app.addSchema(ErrorSchema)
@@ -215,6 +221,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(searchRoutes, { db: database.db })
     await v2.register(conversationsRoutes, { db: database.db })
     await v2.register(adminRoutes, { db: database.db, authenticator })
+    await v2.register(webhooksRoutes, { db: database.db, dispatcher: webhooks, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 
   return app

@@ -41,6 +41,10 @@ export const ConfigSchema = Type.Object({
   EVENT_STREAM_HEARTBEAT_SECONDS: Int(1, 15, 15, 'an integer number of seconds from 1 to 15'),
   REQUEST_TIMEOUT_SECONDS: Int(1, 3600, 60, 'an integer number of seconds from 1 to 3600'),
   MAX_GROUP_MEMBERS: Int(1, 100_000, 1_000, 'an integer from 1 to 100000'),
+  WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
+    default: 'false',
+    description: 'true or false: whether webhooks may target private, loopback and link-local addresses, and plain http://'
+  }),
   TEST_BOT_ADDRESS: Type.String({
     pattern: ADDRESS_PATTERN,
     default: 'testbot',
@@ -81,6 +85,8 @@ export interface Config {
   requestTimeoutSeconds: number
   /** Members a group may have, its owner included: bounds the fan-out of one send. */
   maxGroupMembers: number
+  /** Webhooks may target private, loopback and link-local addresses, and http:// (development). */
+  webhookAllowPrivate: boolean
   testBotAddress: string
 }
 
@@ -163,6 +169,7 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     eventStreamHeartbeatSeconds: e.EVENT_STREAM_HEARTBEAT_SECONDS,
     requestTimeoutSeconds: e.REQUEST_TIMEOUT_SECONDS,
     maxGroupMembers: e.MAX_GROUP_MEMBERS,
+    webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     testBotAddress: e.TEST_BOT_ADDRESS
   }
 }

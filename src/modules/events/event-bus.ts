@@ -14,6 +14,9 @@ export interface Subscription {
  */
 export function createEventBus (database: Database) {
   const waiting = new Map<string, Set<() => void>>()
+  // Whoever hears of every feed (webhook delivery): called with the addresses, or with none
+  // after the connection was lost (anything may have grown).
+  const watchers = new Set<(addresses: string[]) => void>()
   let stopListening: (() => Promise<void>) | undefined
   let closing = false
 
@@ -32,8 +35,13 @@ export function createEventBus (database: Database) {
     async start (): Promise<void> {
       // Notifications sent while the connection was down are lost: let every waiter re-read.
       stopListening = await database.listen(EVENTS_CHANNEL, (payload) => {
-        for (const address of payload.split(',')) wake(address)
-      }, wakeAll)
+        const addresses = payload.split(',')
+        for (const address of addresses) wake(address)
+        for (const watch of watchers) watch(addresses)
+      }, () => {
+        wakeAll()
+        for (const watch of watchers) watch([])
+      })
     },
 
     /** Answers every waiting long-poll now and refuses to wait from here on (shutdown). */
@@ -55,6 +63,12 @@ export function createEventBus (database: Database) {
       let n = 0
       for (const set of waiting.values()) n += set.size
       return n
+    },
+
+    /** Calls `watch` whenever any feed may have grown; returns the way to stop. */
+    watchAll (watch: (addresses: string[]) => void): () => void {
+      watchers.add(watch)
+      return () => { watchers.delete(watch) }
     },
 
     subscribe (address: string): Subscription {

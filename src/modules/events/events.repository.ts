@@ -8,10 +8,15 @@ export const EVENTS_CHANNEL = 'parley_events'
 // NOTIFY payloads stop at 8000 bytes; addresses are at most 64 characters.
 const ADDRESSES_PER_NOTIFY = 100
 
-export type EventType =
-  | 'message.received' | 'message.deleted' | 'message.status'
-  | 'typing.started' | 'typing.stopped'
-  | 'group.created' | 'group.updated' | 'group.deleted' | 'group.members_added' | 'group.members_removed'
+/** Every type of event a feed holds (API.md §4 and §9). */
+export const EVENT_TYPES = [
+  'message.received', 'message.deleted', 'message.status',
+  'typing.started', 'typing.stopped',
+  'group.created', 'group.updated', 'group.deleted', 'group.members_added', 'group.members_removed',
+  'webhook.disabled'
+] as const
+
+export type EventType = typeof EVENT_TYPES[number]
 
 export interface NewEvent {
   address: string

@@ -6,6 +6,7 @@ import { idempotencyKeys } from '../messages/idempotency.table.js'
 import { createAttachmentStore } from '../messages/attachment-store.js'
 import { createQuotaRepository } from '../quota/quota.repository.js'
 import { createEventsRepository } from './events.repository.js'
+import { createWebhooksRepository } from '../webhooks/webhooks.repository.js'
 import { loggableError } from '../../plugins/errors.js'
 
 const EVERY_MS = 10 * 60 * 1000
@@ -34,6 +35,7 @@ export async function purgeExpired (db: Db, minIntervalMs = 0): Promise<{ ran: b
     await createQuotaRepository(tx).purge()
     // Chunks of uploads that a crash (SIGKILL mid-upload) left unclaimed.
     await createAttachmentStore(tx).sweep()
+    await createWebhooksRepository(tx).purgeLog()
     return { ran: true, events: purged }
   })
 }

@@ -1,0 +1,190 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Db } from '../../db/client.js'
+import { loggableError } from '../../plugins/errors.js'
+import type { EventBus } from '../events/event-bus.js'
+import { createEventsRepository, toEvent } from '../events/events.repository.js'
+import type { EventRow } from '../events/events.table.js'
+import { signature, type WebhookSender } from './webhook-sender.js'
+import { createWebhooksRepository, type Attempt } from './webhooks.repository.js'
+import type { WebhookRow } from './webhooks.table.js'
+
+/** Webhooks one instance sends to at once (each one event at a time, in order). */
+const CONCURRENCY = 16
+/** Events read per batch. */
+const BATCH = 100
+/**
+ * How long a claimed webhook is this instance's. A batch starts no delivery after BATCH_MS,
+ * and one delivery takes at most DELIVERY_TIMEOUT_MS (10 s), so the lease outlives the batch;
+ * after a crash another instance (or the restarted one) takes over when it runs out.
+ */
+const LEASE_MS = 30_000
+const BATCH_MS = 10_000
+/** Due retries and missed notifications are looked for this often. */
+const POLL_MS = 1_000
+/** Which addresses have webhooks is re-read this often (other instances create them too). */
+const REFRESH_MS = 5_000
+/** API.md §9: retried for 24 h, then disabled. */
+export const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000
+const MAX_BACKOFF_MS = 60 * 60 * 1000
+
+export interface DispatcherOptions {
+  db: Db
+  bus: EventBus
+  sender: WebhookSender
+  log: FastifyBaseLogger
+  /** How long the head event may keep failing before the webhook is disabled (tests shorten it). */
+  giveUpAfterMs?: number
+}
+
+/**
+ * The wait before trying a failing event again: about as long as it has been failing, so the
+ * waits double (1 s, 2 s, 4 s … an hour at most), with ±20 % jitter so that many webhooks
+ * failing together do not retry in step.
+ */
+export function backoffMs (failingForMs: number, random = Math.random): number {
+  return Math.round(Math.min(MAX_BACKOFF_MS, Math.max(1_000, failingForMs)) * (0.8 + 0.4 * random()))
+}
+
+/** Whether the webhook wants this event: its filter, and not a typing indicator that has lapsed. */
+function wanted (webhook: WebhookRow, event: EventRow, now: number): boolean {
+  if (webhook.events !== null && !webhook.events.includes(event.type)) return false
+  return event.expiresAt === null || event.expiresAt.getTime() > now
+}
+
+/**
+ * Delivers each user's feed to their webhooks: woken by the event bus when a feed with a
+ * webhook grows, and every second for due retries. Webhooks are claimed with FOR UPDATE SKIP
+ * LOCKED and a lease, so instances share them and none is sent by two at once.
+ */
+export function createWebhookDispatcher ({ db, bus, sender, log, giveUpAfterMs = GIVE_UP_AFTER_MS }: DispatcherOptions) {
+  const repository = createWebhooksRepository(db)
+  const active = new Map<string, Promise<void>>()
+  let watched = new Set<string>()
+  let ticking = false
+  let again = false
+  let closing = false
+  let timers: NodeJS.Timeout[] = []
+  let unwatch: (() => void) | undefined
+
+  async function post (webhook: WebhookRow, event: EventRow): Promise<Attempt> {
+    const body = JSON.stringify(toEvent(event))
+    const at = new Date()
+    const outcome = await sender.post(webhook.url, body, {
+      'content-type': 'application/json',
+      'x-parley-event-id': String(event.seq),
+      'x-parley-webhook-id': webhook.id,
+      'x-parley-signature': signature(webhook.secret, body, at)
+    })
+    return { eventId: event.seq, at, ...outcome }
+  }
+
+  /** One batch for a claimed webhook: redeliveries, then the feed, in order, until one fails. */
+  async function deliver (webhook: WebhookRow): Promise<void> {
+    const started = Date.now()
+    const { redeliveries, feed } = await repository.nextEvents(webhook, BATCH)
+    const attempts: Attempt[] = []
+    const redelivered: number[] = []
+    let through = webhook.deliveredThrough
+    let failed: Attempt | undefined
+    const more = () => !closing && Date.now() - started <= BATCH_MS
+    for (const event of redeliveries) {
+      if (!more()) break
+      const attempt = await post(webhook, event)
+      if (!attempt.delivered && closing) break
+      attempts.push(attempt)
+      if (!attempt.delivered) { failed = attempt; break }
+      redelivered.push(event.seq)
+    }
+    for (const event of failed === undefined ? feed : []) {
+      if (!more()) break
+      if (!wanted(webhook, event, Date.now())) { through = event.seq; continue }
+      const attempt = await post(webhook, event)
+      // Cut off by shutdown: not the receiver's failure; the next holder sends it again.
+      if (!attempt.delivered && closing) break
+      attempts.push(attempt)
+      if (!attempt.delivered) { failed = attempt; break }
+      through = event.seq
+    }
+
+    const progressed = through > webhook.deliveredThrough || redelivered.length > 0
+    if (failed === undefined) {
+      // Due at once: if more is waiting, the next tick (after this batch) claims it again.
+      await repository.record(webhook, attempts, { deliveredThrough: through, redelivered, nextAttemptAt: new Date(), failingSince: null })
+      return
+    }
+    const failingSince = progressed || webhook.failingSince === null ? failed.at : webhook.failingSince
+    const failingFor = failed.at.getTime() - failingSince.getTime()
+    log.info({ webhook: webhook.id, event: failed.eventId, error: failed.error }, 'webhook delivery failed; will retry')
+    const progress = { deliveredThrough: through, redelivered, nextAttemptAt: new Date(failed.at.getTime() + backoffMs(failingFor)), failingSince }
+    if (failingFor < giveUpAfterMs) {
+      await repository.record(webhook, attempts, progress)
+      return
+    }
+    log.warn({ webhook: webhook.id, event: failed.eventId, error: failed.error }, 'webhook disabled: its deliveries kept failing')
+    await repository.record(webhook, attempts, progress, async (tx) => {
+      await createEventsRepository(tx).append([{ address: webhook.address, type: 'webhook.disabled', data: { webhook: webhook.id } }])
+    })
+  }
+
+  /** Claims what is due, up to the free slots, and starts each batch; runs again while asked to. */
+  async function tick (): Promise<void> {
+    if (closing) return
+    if (ticking) { again = true; return }
+    ticking = true
+    try {
+      do {
+        again = false
+        const free = CONCURRENCY - active.size
+        if (free <= 0) break
+        for (const webhook of await repository.claimDue(free, LEASE_MS)) {
+          if (closing) { await repository.release(webhook.id); continue }
+          active.set(webhook.id, deliver(webhook)
+            .catch((err: unknown) => log.warn({ err: loggableError(err), webhook: webhook.id }, 'webhook batch failed; its lease runs out and it is tried again'))
+            .finally(() => {
+              active.delete(webhook.id)
+              void tick()
+            }))
+        }
+      } while (again && !closing)
+    } catch (err) {
+      log.warn({ err: loggableError(err) }, 'could not claim webhooks; will retry')
+    } finally {
+      ticking = false
+    }
+  }
+
+  async function refresh (): Promise<void> {
+    watched = new Set(await repository.watchedAddresses())
+  }
+
+  return {
+    start (): void {
+      closing = false
+      unwatch = bus.watchAll((addresses) => {
+        // Most sends have nobody's webhook to wake; a lost connection (no addresses) might.
+        if (addresses.length === 0 || addresses.some((a) => watched.has(a))) void tick()
+      })
+      const refreshing = () => { refresh().catch((err: unknown) => log.warn({ err: loggableError(err) }, 'could not read which users have webhooks')) }
+      refreshing()
+      timers = [setInterval(() => { void tick() }, POLL_MS), setInterval(refreshing, REFRESH_MS)]
+      for (const timer of timers) timer.unref()
+    },
+
+    /** A webhook made or removed here: watch its user's feed at once. */
+    watch (address: string): void {
+      watched.add(address)
+      void tick()
+    },
+
+    /** Stops claiming, cuts off deliveries in flight, and waits for their batches to record. */
+    async stop (): Promise<void> {
+      closing = true
+      unwatch?.()
+      for (const timer of timers) clearInterval(timer)
+      sender.close()
+      await Promise.allSettled([...active.values()])
+    }
+  }
+}
+
+export type WebhookDispatcher = ReturnType<typeof createWebhookDispatcher>

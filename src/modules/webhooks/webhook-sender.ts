@@ -1,0 +1,79 @@
+import { createHmac } from 'node:crypto'
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http'
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https'
+import { isIP } from 'node:net'
+import { guardedLookup, isPrivateAddress } from './webhook-target.js'
+
+/** A delivery must be answered 2xx within this long (API.md §9). */
+export const DELIVERY_TIMEOUT_MS = 10_000
+/** What is read of an answer before the connection is cut: receivers have nothing to tell us. */
+const MAX_RESPONSE_BYTES = 64 * 1024
+
+/** `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, Stripe's scheme (docs/webhooks.md). */
+export function signature (secret: string, body: string, at: Date): string {
+  const t = Math.floor(at.getTime() / 1000)
+  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`
+}
+
+export interface Outcome { delivered: boolean, error: string | null }
+
+/**
+ * POSTs webhook bodies: kept-alive connections, no redirects followed (a 3xx is a failure),
+ * DELIVERY_TIMEOUT_MS for the whole exchange, at most MAX_RESPONSE_BYTES of the answer read,
+ * and no private target unless allowed, checked as each connection is made.
+ */
+export function createWebhookSender (allowPrivate: boolean) {
+  const lookup = guardedLookup(allowPrivate)
+  const agents = {
+    'http:': new HttpAgent({ keepAlive: true, maxSockets: 4, lookup } as ConstructorParameters<typeof HttpAgent>[0]),
+    'https:': new HttpsAgent({ keepAlive: true, maxSockets: 4, lookup } as ConstructorParameters<typeof HttpsAgent>[0])
+  }
+  return {
+    async post (target: string, body: string, headers: Record<string, string>): Promise<Outcome> {
+      const url = new URL(target)
+      const host = url.hostname.replace(/^\[|\]$/g, '')
+      if (!allowPrivate && isIP(host) !== 0 && isPrivateAddress(host)) return { delivered: false, error: `${host} is a private address` }
+      const request = url.protocol === 'https:' ? httpsRequest : httpRequest
+      return new Promise<Outcome>((resolve) => {
+        let settled = false
+        const settle = (outcome: Outcome) => {
+          if (settled) return
+          settled = true
+          clearTimeout(timer)
+          resolve(outcome)
+        }
+        const req = request(url, {
+          method: 'POST',
+          agent: agents[url.protocol as 'http:' | 'https:'],
+          lookup,
+          headers: { ...headers, 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'Parley-Webhooks/2' }
+        }, (res: IncomingMessage) => {
+          let read = 0
+          res.on('data', (chunk: Buffer) => {
+            read += chunk.length
+            if (read > MAX_RESPONSE_BYTES) res.destroy()
+          })
+          const status = res.statusCode ?? 0
+          const done = () => settle(status >= 200 && status < 300
+            ? { delivered: true, error: null }
+            : { delivered: false, error: `answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''}` })
+          res.on('end', done)
+          res.on('close', done)
+          res.on('error', done)
+        })
+        const timer = setTimeout(() => {
+          req.destroy()
+          settle({ delivered: false, error: `no answer within ${DELIVERY_TIMEOUT_MS / 1000} s` })
+        }, DELIVERY_TIMEOUT_MS)
+        req.on('error', (err) => settle({ delivered: false, error: err.message.slice(0, 200) }))
+        req.end(body)
+      })
+    },
+    close (): void {
+      agents['http:'].destroy()
+      agents['https:'].destroy()
+    }
+  }
+}
+
+export type WebhookSender = ReturnType<typeof createWebhookSender>

@@ -1,0 +1,85 @@
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
+import { BlockList, isIP, type LookupFunction } from 'node:net'
+import { ValidationFailed } from '../../errors.js'
+
+/**
+ * Where no webhook may point unless WEBHOOK_ALLOW_PRIVATE=true: this host and its network,
+ * private and shared ranges, link-local (cloud metadata at 169.254.169.254), multicast,
+ * reserved and documentation ranges, for IPv4 and IPv6 (IPv4-mapped IPv6 is checked as IPv4).
+ */
+const PRIVATE = new BlockList()
+for (const [net, bits] of [
+  ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
+  ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
+  ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4]
+] as const) PRIVATE.addSubnet(net, bits, 'ipv4')
+for (const [net, bits] of [
+  ['::', 128], ['::1', 128], ['64:ff9b::', 96], ['100::', 64], ['2001:db8::', 32], ['fc00::', 7], ['fe80::', 10], ['fec0::', 10], ['ff00::', 8]
+] as const) PRIVATE.addSubnet(net, bits, 'ipv6')
+
+/** Whether an IP address is one a webhook may not reach (see PRIVATE). */
+export function isPrivateAddress (address: string): boolean {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
+  if (mapped !== null) return PRIVATE.check(mapped[1]!, 'ipv4')
+  const family = isIP(address)
+  if (family === 0) return true
+  return PRIVATE.check(address, family === 4 ? 'ipv4' : 'ipv6')
+}
+
+/** A URL fit to be a webhook's: https (http too where private targets are allowed), no credentials, 2,048 characters at most. */
+export function parseWebhookUrl (text: string, allowPrivate: boolean): URL {
+  let url: URL
+  try {
+    url = new URL(text)
+  } catch {
+    throw new ValidationFailed('url: not an absolute URL')
+  }
+  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) {
+    throw new ValidationFailed(allowPrivate ? 'url: must be https:// or http://' : 'url: must be https:// (http:// only with WEBHOOK_ALLOW_PRIVATE=true)')
+  }
+  if (url.username !== '' || url.password !== '') throw new ValidationFailed('url: must not carry credentials')
+  if (text.length > 2048) throw new ValidationFailed('url: at most 2048 characters')
+  url.hash = ''
+  return url
+}
+
+function resolveAll (host: string): Promise<LookupAddress[]> {
+  return new Promise((resolve, reject) => {
+    dnsLookup(host, { all: true, verbatim: true }, (err, addresses) => err === null ? resolve(addresses) : reject(err))
+  })
+}
+
+/**
+ * Checks where a webhook URL leads before it is saved: every address its host resolves to must
+ * be public (unless allowed). The same check runs again at each delivery, as the connection is
+ * made (see guardedLookup), since a name can resolve elsewhere later.
+ */
+export async function checkWebhookTarget (url: URL, allowPrivate: boolean): Promise<void> {
+  if (allowPrivate) return
+  const host = url.hostname.replace(/^\[|\]$/g, '')
+  let addresses: LookupAddress[]
+  try {
+    addresses = isIP(host) === 0 ? await resolveAll(host) : [{ address: host, family: isIP(host) }]
+  } catch {
+    throw new ValidationFailed(`url: the host ${host} does not resolve`)
+  }
+  const refused = addresses.find((a) => isPrivateAddress(a.address))
+  if (refused !== undefined) {
+    throw new ValidationFailed(`url: ${host} resolves to ${refused.address}, a private, loopback or link-local address (allowed only with WEBHOOK_ALLOW_PRIVATE=true)`)
+  }
+}
+
+/** A `lookup` for outgoing requests that refuses private addresses at connect time (DNS rebinding). */
+export function guardedLookup (allowPrivate: boolean): LookupFunction {
+  return (hostname, options, callback) => {
+    dnsLookup(hostname, options, (err, address, family) => {
+      if (err !== null) return callback(err, '', 0)
+      const addresses = Array.isArray(address) ? address as LookupAddress[] : [{ address, family: family ?? 4 }]
+      const refused = allowPrivate ? undefined : addresses.find((a) => isPrivateAddress(a.address))
+      if (refused !== undefined) return callback(new Error(`${hostname} resolves to ${refused.address}, a private address`), '', 0)
+      // Node asks with all: true for happy eyeballs; hand back the shape it asked for.
+      if (Array.isArray(address)) (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses)
+      else callback(null, address, family)
+    })
+  }
+}

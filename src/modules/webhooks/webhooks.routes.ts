@@ -1,0 +1,115 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { Db } from '../../db/client.js'
+import { Conflict, NotFound } from '../../errors.js'
+import { newId } from '../../ids.js'
+import { principalOf } from '../../plugins/auth.js'
+import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
+import type { WebhookDispatcher } from './webhook-dispatcher.js'
+import { checkWebhookTarget, parseWebhookUrl } from './webhook-target.js'
+import { createWebhooksRepository } from './webhooks.repository.js'
+import {
+  CreatedWebhookSchema, CreateWebhookBody, DeliveriesQuery, DeliveryListSchema, RedeliverBody, WebhookListSchema, WebhookParams
+} from './webhooks.schemas.js'
+import type { WebhookDeliveryRow, WebhookRow } from './webhooks.table.js'
+
+/** Webhooks one user may have: each event of the feed is sent once to each. */
+export const MAX_WEBHOOKS_PER_USER = 10
+
+export interface WebhooksRoutesOptions {
+  db: Db
+  dispatcher: WebhookDispatcher
+  allowPrivate: boolean
+}
+
+const toWebhook = (w: WebhookRow) => ({
+  id: w.id, url: w.url, events: w.events, createdAt: w.createdAt.toISOString(), disabledAt: w.disabledAt?.toISOString() ?? null
+})
+
+const toDelivery = (d: WebhookDeliveryRow) => ({
+  event: String(d.eventId), status: d.status, attempts: d.attempts, lastError: d.lastError, lastAttemptAt: d.lastAttemptAt?.toISOString() ?? null
+})
+
+export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = async (app, { db, dispatcher, allowPrivate }) => {
+  const webhooks = createWebhooksRepository(db)
+
+  async function owned (address: string, id: string): Promise<WebhookRow> {
+    const webhook = await webhooks.get(address, id)
+    if (webhook === undefined) throw new NotFound('webhook', id)
+    return webhook
+  }
+
+  app.post('/webhooks', {
+    schema: {
+      tags: ['webhooks'],
+      summary: 'Register a webhook',
+      description: 'Each event of the caller\'s feed (of the listed types) is POSTed to the URL, signed with the secret returned ' +
+        'here once (X-Parley-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">). In id order, at least once; ' +
+        `retried with backoff for 24 h, then disabled. At most ${MAX_WEBHOOKS_PER_USER} per user.`,
+      body: CreateWebhookBody,
+      response: { 200: CreatedWebhookSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 409) }
+    }
+  }, async (req) => {
+    const me = principalOf(req).address
+    const url = parseWebhookUrl(req.body.url, allowPrivate)
+    await checkWebhookTarget(url, allowPrivate)
+    const secret = `whsec_${randomBytes(32).toString('base64url')}`
+    const created = await webhooks.create({ id: newId('whk'), address: me, url: url.href, events: req.body.events ?? null, secret }, MAX_WEBHOOKS_PER_USER)
+    if (created === undefined) throw new Conflict(`${me} already has ${MAX_WEBHOOKS_PER_USER} webhooks, the most a user may have; delete one first`)
+    dispatcher.watch(me)
+    return { ...toWebhook(created), secret }
+  })
+
+  app.get('/webhooks', {
+    schema: {
+      tags: ['webhooks'],
+      summary: 'The caller\'s webhooks (never their secrets)',
+      response: { 200: WebhookListSchema, ...errorResponses(...AUTHENTICATED_ERRORS) }
+    }
+  }, async (req) => ({ webhooks: (await webhooks.list(principalOf(req).address)).map(toWebhook) }))
+
+  app.delete('/webhooks/:id', {
+    schema: {
+      tags: ['webhooks'],
+      summary: 'Delete a webhook and its delivery log',
+      params: WebhookParams,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 404) }
+    }
+  }, async (req, reply) => {
+    if (!await webhooks.remove(principalOf(req).address, req.params.id)) throw new NotFound('webhook', req.params.id)
+    return reply.code(204).send()
+  })
+
+  app.get('/webhooks/:id/deliveries', {
+    schema: {
+      tags: ['webhooks'],
+      summary: 'A webhook\'s delivery log, newest event first',
+      description: 'pending: not delivered yet, retried with backoff; delivered: a 2xx answer came; failed: given up (the webhook was disabled).',
+      params: WebhookParams,
+      querystring: DeliveriesQuery,
+      response: { 200: DeliveryListSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 404) }
+    }
+  }, async (req) => {
+    const webhook = await owned(principalOf(req).address, req.params.id)
+    const limit = req.query.limit ?? 50
+    const rows = await webhooks.deliveries(webhook.id, limit + 1, req.query.cursor === undefined ? undefined : Number(req.query.cursor))
+    const page = rows.slice(0, limit)
+    return { deliveries: page.map(toDelivery), nextCursor: rows.length > limit ? String(page.at(-1)!.eventId) : null }
+  })
+
+  app.post('/webhooks/:id/redeliver', {
+    schema: {
+      tags: ['webhooks'],
+      summary: 'Send one event to a webhook again',
+      description: 'Sent before the feed\'s next event, whatever its earlier outcome.',
+      params: WebhookParams,
+      body: RedeliverBody,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 404) }
+    }
+  }, async (req, reply) => {
+    const webhook = await owned(principalOf(req).address, req.params.id)
+    if (!await webhooks.markRedelivery(webhook, Number(req.body.event))) throw new NotFound('event', req.body.event)
+    dispatcher.watch(webhook.address)
+    return reply.code(204).send()
+  })
+}

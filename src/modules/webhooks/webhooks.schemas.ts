@@ -1,0 +1,51 @@
+import { Type } from 'typebox'
+import { Timestamp } from '../../schemas.js'
+import { EVENT_TYPES } from '../events/events.repository.js'
+
+const WebhookId = Type.String({ pattern: '^whk_[0-9a-z]{26}$', description: 'A webhook id (whk_…)' })
+const EventId = Type.String({ pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string' })
+const EventTypes = Type.Array(Type.Unsafe<string>({ type: 'string', enum: [...EVENT_TYPES] }), {
+  minItems: 1, maxItems: EVENT_TYPES.length, uniqueItems: true, description: 'Event types to deliver; omitted or null for every type'
+})
+
+export const WebhookSchema = Type.Object({
+  id: WebhookId,
+  url: Type.String(),
+  events: Type.Union([EventTypes, Type.Null()]),
+  createdAt: Timestamp,
+  disabledAt: Type.Union([Timestamp, Type.Null()], { description: 'Set when deliveries kept failing for 24 h; null while active' })
+}, { title: 'Webhook' })
+
+export const CreatedWebhookSchema = Type.Object({
+  ...WebhookSchema.properties,
+  secret: Type.String({ description: 'The signing secret (whsec_…): shown only here' })
+}, { title: 'CreatedWebhook' })
+
+export const CreateWebhookBody = Type.Object({
+  url: Type.String({ minLength: 1, maxLength: 2048, description: 'https:// (http:// too with WEBHOOK_ALLOW_PRIVATE=true); not a private, loopback or link-local address' }),
+  events: Type.Optional(Type.Union([EventTypes, Type.Null()]))
+})
+
+export const WebhookListSchema = Type.Object({ webhooks: Type.Array(WebhookSchema) })
+
+export const WebhookParams = Type.Object({ id: WebhookId })
+
+export const DeliverySchema = Type.Object({
+  event: EventId,
+  status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
+  attempts: Type.Integer({ minimum: 0 }),
+  lastError: Type.Union([Type.String(), Type.Null()]),
+  lastAttemptAt: Type.Union([Timestamp, Type.Null()])
+}, { title: 'WebhookDelivery' })
+
+export const DeliveriesQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'The nextCursor of the previous page' }))
+})
+
+export const DeliveryListSchema = Type.Object({
+  deliveries: Type.Array(DeliverySchema),
+  nextCursor: Type.Union([Type.String(), Type.Null()])
+})
+
+export const RedeliverBody = Type.Object({ event: EventId })

@@ -1,0 +1,170 @@
+import { sql } from 'drizzle-orm'
+import t from 'tap'
+import { backoffMs } from '../../../src/modules/webhooks/webhook-dispatcher.js'
+import { build, type Caller } from '../../helper.js'
+import { startReceiver, validSignature } from '../../support/webhook-receiver.js'
+
+// Webhook delivery to a real HTTP receiver on loopback (WEBHOOK_ALLOW_PRIVATE=true).
+const ENV = { WEBHOOK_ALLOW_PRIVATE: 'true', RATE_LIMIT_PER_SECOND: '100000' }
+
+interface Delivery { event: string, status: string, attempts: number, lastError: string | null }
+
+/** A webhook's delivery log once `done` holds of it (it is written as each batch ends). */
+async function logUntil (owner: Caller, id: string, done: (deliveries: Delivery[]) => boolean): Promise<Delivery[]> {
+  let deliveries: Delivery[] = []
+  for (let i = 0; i < 100; i++) {
+    deliveries = (await owner.get(`/v2/webhooks/${id}/deliveries?limit=100`)).json().deliveries
+    if (done(deliveries)) break
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  return deliveries
+}
+
+t.test('every event of the feed, in order, signed, with the Event JSON as the body', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  const receiver = await startReceiver(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const before = await bob.post('/v2/message', { recipient: 'alice', body: 'before the webhook' })
+  t.equal(before.statusCode, 200)
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+
+  for (let i = 0; i < 20; i++) t.equal((await bob.post('/v2/message', { recipient: 'alice', body: `hello ${i}` })).statusCode, 200)
+  await receiver.until(() => receiver.delivered().length >= 20)
+
+  const feed = (await alice.get('/v2/events?limit=100')).json().events as { id: string }[]
+  const sent = receiver.delivered()
+  t.same(sent.map((r) => r.event.id), feed.slice(1).map((e) => e.id), 'every event after the webhook was made, in id order, each once')
+  t.same(sent.map((r) => r.event), feed.slice(1), 'each body is the Event, as GET /v2/events shows it')
+  t.ok(sent.every((r) => validSignature(hook.secret, r.headers['x-parley-signature'], r.body)), 'every signature verifies with the secret')
+  t.notOk(validSignature('whsec_someone-else', sent[0]!.headers['x-parley-signature'], sent[0]!.body), 'and not with another')
+  t.ok(sent.every((r) => r.headers['x-parley-event-id'] === r.event.id && r.headers['x-parley-webhook-id'] === hook.id), 'X-Parley-Event-Id and X-Parley-Webhook-Id')
+  t.ok(sent.every((r) => r.headers['content-type'] === 'application/json'))
+  t.match(sent[0]!.event, { type: 'message.received', data: { message: { body: 'hello 0', sender: 'bob' } } })
+
+  // The log is written as each batch ends, just after the receiver has answered.
+  let log = (await alice.get(`/v2/webhooks/${hook.id}/deliveries?limit=5`)).json()
+  for (let i = 0; i < 50 && log.deliveries[0]?.event !== feed.at(-1)!.id; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    log = (await alice.get(`/v2/webhooks/${hook.id}/deliveries?limit=5`)).json()
+  }
+  t.equal(log.deliveries.length, 5)
+  t.same(log.deliveries.map((d: { event: string }) => d.event), feed.slice(-5).map((e) => e.id).reverse(), 'the log, newest first')
+  t.match(log.deliveries[0], { status: 'delivered', attempts: 1, lastError: null })
+  const rest = (await alice.get(`/v2/webhooks/${hook.id}/deliveries?limit=100&cursor=${log.nextCursor}`)).json()
+  t.equal(rest.deliveries.length, 15, 'the next page holds the rest')
+  t.equal(rest.nextCursor, null)
+})
+
+t.test('a filter sends only its types', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  const receiver = await startReceiver(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await alice.post('/v2/webhooks', { url: receiver.url, events: ['message.status'] })
+  const sent = await alice.post('/v2/message', { recipient: 'bob', body: 'read me' })
+  t.equal((await bob.post('/v2/message/typing', { recipient: 'alice' })).statusCode, 204)
+  t.equal((await bob.post('/v2/message/status', { message: sent.json().id, status: 'read' })).statusCode, 204)
+  await receiver.until(() => receiver.received.length >= 1)
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  t.same(receiver.received.map((r) => r.event.type), ['message.status'], 'only the status event, not typing')
+  t.match(receiver.received[0]!.event.data, { message: sent.json().id, recipient: 'bob', status: 'read' })
+})
+
+t.test('a receiver that fails for a while gets every event later, in order; the log shows the retries', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  // The first three requests fail (500, 503, 404), then it recovers.
+  const receiver = await startReceiver(t, (n) => [500, 503, 404][n] ?? 200)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  for (let i = 0; i < 5; i++) await bob.post('/v2/message', { recipient: 'alice', body: `m${i}` })
+  await receiver.until(() => receiver.delivered().length >= 5, 30_000)
+  const feed = (await alice.get('/v2/events')).json().events as { id: string }[]
+  t.same(receiver.delivered().map((r) => r.event.id), feed.map((e) => e.id), 'all five, in order, after the failures')
+  t.same(receiver.received.slice(0, 4).map((r) => r.event.id), Array(4).fill(feed[0]!.id), 'the first event was tried until it went through; nothing overtook it')
+  const log = await logUntil(alice, hook.id, (deliveries) => deliveries.length === 5)
+  t.match(log.at(-1), { event: feed[0]!.id, status: 'delivered', attempts: 4, lastError: 'answered 404' })
+})
+
+t.test('after 24 h of failures the webhook is disabled and its owner told', async (t) => {
+  const { as, db } = await build(t, { env: ENV })
+  const receiver = await startReceiver(t, () => 500)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  const other = (await alice.post('/v2/webhooks', { url: `${receiver.url}/other`, events: ['webhook.disabled'] })).json()
+  await bob.post('/v2/message', { recipient: 'alice', body: 'never arrives' })
+  await receiver.until(() => receiver.received.length >= 1)
+  // As if the first failure had been a day ago: the next failure is the last. (Once the batch
+  // that failed has recorded it and let go of the webhook.)
+  for (let i = 0; i < 100; i++) {
+    const updated = await db.execute(sql`UPDATE webhooks SET failing_since = now() - interval '24 hours 1 second', next_attempt_at = now()
+      WHERE id = ${hook.id} AND lease_until IS NULL AND failing_since IS NOT NULL RETURNING id`) as unknown as { rows: unknown[] }
+    if (updated.rows.length === 1) break
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  const n = receiver.received.length
+  await receiver.until(() => receiver.received.some((r, i) => i >= n && r.headers['x-parley-webhook-id'] === hook.id))
+  let listed: { id: string, disabledAt: string | null }[] = []
+  for (let i = 0; i < 50 && !(listed.find((w) => w.id === hook.id)?.disabledAt); i++) {
+    listed = (await alice.get('/v2/webhooks')).json().webhooks
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  t.ok(listed.find((w) => w.id === hook.id)?.disabledAt, 'disabledAt is set')
+  const feed = (await alice.get('/v2/events')).json().events as { type: string, data: unknown }[]
+  t.same(feed.filter((e) => e.type === 'webhook.disabled').map((e) => e.data), [{ webhook: hook.id }], 'webhook.disabled is in the feed')
+  t.match(await logUntil(alice, hook.id, (d) => d[0]?.status === 'failed'), [{ status: 'failed', lastError: 'answered 500' }])
+  const count = receiver.received.filter((r) => r.headers['x-parley-webhook-id'] === hook.id).length
+  await new Promise((resolve) => setTimeout(resolve, 2_500))
+  t.equal(receiver.received.filter((r) => r.headers['x-parley-webhook-id'] === hook.id).length, count, 'a disabled webhook is sent nothing more')
+  t.ok(other.id)
+})
+
+t.test('redeliver sends an event again, with its own id; an event the feed does not hold is a 404', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  const receiver = await startReceiver(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  await bob.post('/v2/message', { recipient: 'alice', body: 'once more' })
+  await receiver.until(() => receiver.received.length >= 1)
+  const id = receiver.received[0]!.event.id
+  t.equal((await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: id })).statusCode, 204)
+  await receiver.until(() => receiver.received.length >= 2)
+  t.same(receiver.received.map((r) => r.event.id), [id, id], 'the same event, twice')
+  t.equal(receiver.received[1]!.body, receiver.received[0]!.body, 'the same body')
+  const missing = await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: '999999' })
+  t.equal(missing.statusCode, 404)
+  t.match(missing.json(), { code: 'NOT_FOUND', message: 'event 999999 not found' })
+  t.match(await logUntil(alice, hook.id, (d) => d[0]?.attempts === 2), [{ event: id, status: 'delivered', attempts: 2 }])
+})
+
+t.test('two instances share the webhooks: no event is delivered twice', async (t) => {
+  const { as, secondInstance } = await build(t, { env: ENV })
+  await secondInstance(ENV)
+  const receiver = await startReceiver(t)
+  const bob = await as('bob')
+  const owners = await Promise.all(['u1', 'u2', 'u3', 'u4'].map((a) => as(a)))
+  for (const owner of owners) await owner.post('/v2/webhooks', { url: receiver.url })
+  for (let i = 0; i < 15; i++) {
+    await Promise.all(owners.map((o) => bob.post('/v2/message', { recipient: o.address, body: `m${i}` })))
+  }
+  await receiver.until(() => receiver.received.length >= 60)
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  const keys = receiver.received.map((r) => `${r.headers['x-parley-webhook-id']}/${r.event.id}`)
+  t.equal(keys.length, 60, '60 deliveries')
+  t.equal(new Set(keys).size, 60, 'each event once')
+  for (const webhookId of new Set(receiver.received.map((r) => r.headers['x-parley-webhook-id']))) {
+    const ids = receiver.received.filter((r) => r.headers['x-parley-webhook-id'] === webhookId).map((r) => Number(r.event.id))
+    t.same(ids, [...ids].sort((a, b) => a - b), `${String(webhookId)}: in id order`)
+  }
+})
+
+t.test('backoff roughly doubles with the time failing, with jitter, up to an hour', async (t) => {
+  t.equal(backoffMs(0, () => 0.5), 1_000)
+  t.equal(backoffMs(8_000, () => 0.5), 8_000)
+  t.equal(backoffMs(10 * 3600_000, () => 0.5), 3600_000)
+  t.equal(backoffMs(8_000, () => 0), 6_400)
+  t.equal(backoffMs(8_000, () => 1), 9_600)
+})

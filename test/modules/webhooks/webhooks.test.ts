@@ -1,0 +1,115 @@
+import t from 'tap'
+import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
+import { build } from '../../helper.js'
+
+// Registering, listing and deleting webhooks, and where they may point (API.md §9). Nothing
+// here delivers: the one webhook with a public address is made for a user whose feed stays
+// empty, and deleted at once.
+
+t.test('a webhook\'s secret is shown once; the list never shows it; delete answers 204, then 404', async (t) => {
+  const { as } = await build(t, { env: { WEBHOOK_ALLOW_PRIVATE: 'true' } })
+  const alice = await as('alice')
+  const created = await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/hook', events: ['message.received', 'message.status'] })
+  t.equal(created.statusCode, 200, created.body)
+  const hook = created.json()
+  t.match(hook, { id: /^whk_[0-9a-z]{26}$/, url: 'http://127.0.0.1:9/hook', events: ['message.received', 'message.status'], secret: /^whsec_[A-Za-z0-9_-]{43}$/, disabledAt: null })
+  t.ok(Date.parse(hook.createdAt) > 0)
+
+  const listed = await alice.get('/v2/webhooks')
+  t.equal(listed.statusCode, 200)
+  t.same(listed.json().webhooks.map((w: { id: string }) => w.id), [hook.id])
+  t.notOk('secret' in listed.json().webhooks[0], 'no secret in the list')
+  t.notMatch(listed.body, hook.secret)
+
+  const everything = await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/all' })
+  t.equal(everything.json().events, null, 'no filter: every type')
+
+  const bob = await as('bob')
+  t.equal((await bob.get('/v2/webhooks')).json().webhooks.length, 0, 'bob sees none of alice\'s')
+  t.equal((await bob.delete(`/v2/webhooks/${hook.id}`)).statusCode, 404, 'nor can he delete one')
+  t.equal((await bob.get(`/v2/webhooks/${hook.id}/deliveries`)).statusCode, 404, 'nor read its log')
+
+  t.equal((await alice.delete(`/v2/webhooks/${hook.id}`)).statusCode, 204)
+  const again = await alice.delete(`/v2/webhooks/${hook.id}`)
+  t.equal(again.statusCode, 404)
+  t.match(again.json(), { code: 'NOT_FOUND', message: `webhook ${hook.id} not found` })
+})
+
+t.test('bad webhooks are refused with a message naming the field', async (t) => {
+  const { as } = await build(t, { env: { WEBHOOK_ALLOW_PRIVATE: 'true' } })
+  const alice = await as('alice')
+  const cases: [unknown, RegExp][] = [
+    [{}, /url/],
+    [{ url: 'not a url' }, /url: not an absolute URL/],
+    [{ url: 'ftp://127.0.0.1/x' }, /url: must be https:\/\/ or http:\/\//],
+    [{ url: 'http://user:pw@127.0.0.1/x' }, /url: must not carry credentials/],
+    [{ url: `http://127.0.0.1/${'a'.repeat(2100)}` }, /url/],
+    [{ url: 'http://127.0.0.1/x', events: ['message.sent'] }, /events/],
+    [{ url: 'http://127.0.0.1/x', events: [] }, /events/],
+    [{ url: 'http://127.0.0.1/x', events: ['message.status', 'message.status'] }, /events/]
+  ]
+  for (const [body, message] of cases) {
+    const res = await alice.post('/v2/webhooks', body as Record<string, unknown>)
+    t.equal(res.statusCode, 400, JSON.stringify(body).slice(0, 80))
+    t.match(res.json(), { code: 'VALIDATION_FAILED', message })
+  }
+  t.equal((await alice.get('/v2/webhooks')).json().webhooks.length, 0, 'none was made')
+})
+
+t.test('at most 10 webhooks a user: the eleventh is a 409', async (t) => {
+  const { as } = await build(t, { env: { WEBHOOK_ALLOW_PRIVATE: 'true' } })
+  const alice = await as('alice')
+  const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => alice.post('/v2/webhooks', { url: `http://127.0.0.1:9/${i}` })))
+  t.same(answers.map((a) => a.statusCode).sort(), [...Array(10).fill(200), 409, 409], 'twelve at once: ten made, two refused')
+  t.match(answers.find((a) => a.statusCode === 409)!.json(), { code: 'CONFLICT', message: /alice already has 10 webhooks/ })
+})
+
+t.test('SSRF: without WEBHOOK_ALLOW_PRIVATE, only https to a public address', async (t) => {
+  const { as } = await build(t)
+  const mallory = await as('mallory')
+  const refused: [string, RegExp][] = [
+    ['http://93.184.215.14/hook', /url: must be https:\/\/ \(http:\/\/ only with WEBHOOK_ALLOW_PRIVATE=true\)/],
+    ['https://127.0.0.1/hook', /127\.0\.0\.1 resolves to 127\.0\.0\.1, a private, loopback or link-local address/],
+    ['https://127.9.9.9:8443/hook', /loopback/],
+    ['https://10.0.0.1/hook', /10\.0\.0\.1/],
+    ['https://10.255.255.254/hook', /private/],
+    ['https://172.16.5.4/hook', /private/],
+    ['https://192.168.1.1/hook', /private/],
+    ['https://169.254.169.254/latest/meta-data/', /169\.254\.169\.254/],
+    ['https://100.64.0.1/hook', /private/],
+    ['https://0.0.0.0/hook', /private/],
+    ['https://[::1]/hook', /::1/],
+    ['https://[fe80::1]/hook', /private/],
+    ['https://[fd00::1]/hook', /private/],
+    ['https://[::ffff:127.0.0.1]/hook', /private/],
+    ['https://[::ffff:a9fe:a9fe]/hook', /private/],
+    ['https://localhost/hook', /localhost resolves to/],
+    ['https://2130706433/hook', /private/]
+  ]
+  for (const [url, message] of refused) {
+    const res = await mallory.post('/v2/webhooks', { url })
+    t.equal(res.statusCode, 400, url)
+    t.match(res.json(), { code: 'VALIDATION_FAILED', message }, url)
+  }
+  t.equal((await mallory.get('/v2/webhooks')).json().webhooks.length, 0, 'none was made')
+
+  // A public address is accepted (this user's feed is empty, so nothing is ever sent to it).
+  const made = await mallory.post('/v2/webhooks', { url: 'https://93.184.215.14/hook' })
+  t.equal(made.statusCode, 200, made.body)
+  t.equal((await mallory.delete(`/v2/webhooks/${made.json().id}`)).statusCode, 204)
+})
+
+t.test('webhooks take the read scope: a read-only key manages them, a send-only key may not', async (t) => {
+  const { db, createUser, callerFor } = await build(t, { env: { WEBHOOK_ALLOW_PRIVATE: 'true' } })
+  await createUser('alice')
+  const keys = createKeysRepository(db)
+  const reader = callerFor('alice', await keys.create('alice', null, { scopes: ['read'] }))
+  const sender = callerFor('alice', await keys.create('alice', null, { scopes: ['send'] }))
+  const made = await reader.post('/v2/webhooks', { url: 'http://127.0.0.1:9/hook' })
+  t.equal(made.statusCode, 200, made.body)
+  const refused = await sender.post('/v2/webhooks', { url: 'http://127.0.0.1:9/hook' })
+  t.equal(refused.statusCode, 403)
+  t.match(refused.json(), { code: 'FORBIDDEN', message: /read scope/ })
+  t.equal((await sender.get('/v2/webhooks')).statusCode, 403)
+  t.equal((await reader.delete(`/v2/webhooks/${made.json().id}`)).statusCode, 204)
+})
