@@ -16,6 +16,7 @@ import { createFixtures, freshDatabase, ROOT, startService, type Key } from './f
 import { pgbench, type PgbenchResult } from './pgbench.js'
 import { noisyNeighbours } from './neighbours.js'
 import { idlePollMemory, wakeUpLatency } from './pollers.js'
+import { streamWakeUp, webhookThroughput } from './push.js'
 import { searchCost } from './search-cost.js'
 import { transfers } from './transfers.js'
 
@@ -98,7 +99,7 @@ async function main (): Promise<void> {
     const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: POLLERS, idlers: IDLE_POLLS / POLLS_PER_KEY })
     console.log('done')
     service = await startService(database.url, {
-      LOG_LEVEL: 'warn', RATE_LIMIT_PER_SECOND: '1000000', MAX_LONG_POLLS_PER_KEY: String(POLLS_PER_KEY)
+      LOG_LEVEL: 'warn', RATE_LIMIT_PER_SECOND: '1000000', MAX_LONG_POLLS_PER_KEY: String(POLLS_PER_KEY), WEBHOOK_ALLOW_PRIVATE: 'true'
     })
     const url = service.url
     const rows: HttpRow[] = []
@@ -107,6 +108,10 @@ async function main (): Promise<void> {
     const wake = await wakeUpLatency(url, database.url, f.pollers, f.senders)
     console.log('scenario 6: memory with 5,000 idle long-polls')
     const memory = await idlePollMemory(url, f.idlers, POLLS_PER_KEY, service.rss)
+    console.log('scenario 10: event-stream wake-up, 1,000 streams')
+    const streams = await streamWakeUp(url, f.pollers, f.senders)
+    console.log('scenario 11: webhook delivery, 10 webhooks, 5,000 events, to a receiver on loopback')
+    const webhooks = await webhookThroughput(url, f.pollers.slice(0, 10), f.senders[3]!, 500)
 
     const limits = new Map<number, PgbenchResult>()
     for (const connections of [10, 50]) {
@@ -146,6 +151,8 @@ async function main (): Promise<void> {
     }
     console.log(`| 4. long-poll wake-up, ${wake.pollers} pollers | | | ${ms(wake.afterSend.p50)} | ${ms(wake.afterSend.p99)} | | LISTEN connections: ${wake.listenConnections} | |`)
     console.log(`| 6. RSS with ${memory.idlePolls} idle long-polls | | | | | | ${mb(memory.rssWithPolls)} (${mb(memory.rssBefore)} before, ${(memory.perPoll / 1024).toFixed(1)} KiB per poll) | |`)
+    console.log(`| 10. event-stream wake-up, ${streams.streams} streams | | | ${ms(streams.afterSend.p50)} | ${ms(streams.afterSend.p99)} | | | |`)
+    console.log(`| 11. webhook delivery, ${webhooks.webhooks} webhooks, ${webhooks.events} events | | ${webhooks.eventsPerSecond.toFixed(0)} events/s | ${ms(webhooks.latency.p50)} | ${ms(webhooks.latency.p99)} | | | |`)
     console.log(`| 8. attachments: ${transfer.mib} MiB up, 4 sends at once; then down, 4 at once | | | | | | upload ${transfer.uploadMiBps.toFixed(0)} MiB/s, download ${transfer.downloadMiBps.toFixed(0)} MiB/s, peak RSS ${mb(transfer.peakRss)} (${mb(transfer.rssBefore)} before) | |`)
 
     console.log('')
@@ -173,6 +180,8 @@ async function main (): Promise<void> {
       limits: [...limits.values()],
       wakeUp: wake,
       memory,
+      streams,
+      webhooks,
       transfer,
       neighbours,
       search: searching

@@ -10,6 +10,7 @@ import type { Database } from './db/client.js'
 import { buildValidator } from './validation.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createWebhookDispatcher } from './modules/webhooks/webhook-dispatcher.js'
+import { createSecretBox } from './modules/webhooks/webhook-secrets.js'
 import { createWebhookSender } from './modules/webhooks/webhook-sender.js'
 import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
 import { createTestBot } from './modules/bot/test-bot.js'
@@ -143,7 +144,10 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   const bus = createEventBus(database)
   await bus.start()
   const bot = createTestBot(database.db, bus, config.testBotAddress, app.log)
-  const webhooks = createWebhookDispatcher({ db: database.db, bus, sender: createWebhookSender(config.webhookAllowPrivate), log: app.log })
+  const webhookSecrets = createSecretBox(config.webhookSecretsKey)
+  const webhooks = createWebhookDispatcher({
+    db: database.db, bus, sender: createWebhookSender(config.webhookAllowPrivate), secrets: webhookSecrets, log: app.log
+  })
   let stopRetention: (() => void) | undefined
   app.addHook('onReady', async () => {
     bot.start()
@@ -192,7 +196,9 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     maxAttachmentBytes: config.maxAttachmentBytes,
     maxBodyChars: config.maxBodyChars,
     uploads: createAttachmentStore(database.db),
-    chunkBytes: CHUNK_BYTES
+    chunkBytes: CHUNK_BYTES,
+    // The largest lists a schema takes are 1,000 members or event ids; metadata is 16 KiB.
+    maxBodyValues: 20_000
   })
   await app.register(healthRoutes, { database, metrics, serveMetrics: config.metricsPort === undefined })
   // Encapsulated: helmet's headers and CSP apply to the console's files only.
@@ -221,7 +227,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(searchRoutes, { db: database.db })
     await v2.register(conversationsRoutes, { db: database.db })
     await v2.register(adminRoutes, { db: database.db, authenticator })
-    await v2.register(webhooksRoutes, { db: database.db, dispatcher: webhooks, allowPrivate: config.webhookAllowPrivate })
+    await v2.register(webhooksRoutes, { db: database.db, dispatcher: webhooks, secrets: webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 
   return app

@@ -45,6 +45,10 @@ export const ConfigSchema = Type.Object({
     default: 'false',
     description: 'true or false: whether webhooks may target private, loopback and link-local addresses, and plain http://'
   }),
+  WEBHOOK_SECRETS_KEY: Type.Optional(Type.String({
+    pattern: '^[0-9a-fA-F]{64}$',
+    description: '64 hexadecimal digits (32 random bytes, e.g. from `openssl rand -hex 32`)'
+  })),
   TEST_BOT_ADDRESS: Type.String({
     pattern: ADDRESS_PATTERN,
     default: 'testbot',
@@ -55,7 +59,7 @@ export const ConfigSchema = Type.Object({
 type Env = Static<typeof ConfigSchema>
 
 /** Variables whose values may hold credentials: never echoed back in an error. */
-const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL'])
+const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY'])
 
 export type TrustProxy = boolean | number | string[]
 
@@ -87,6 +91,8 @@ export interface Config {
   maxGroupMembers: number
   /** Webhooks may target private, loopback and link-local addresses, and http:// (development). */
   webhookAllowPrivate: boolean
+  /** Seals webhook signing secrets at rest (AES-256-GCM); unset stores them as they are. */
+  webhookSecretsKey: Buffer | undefined
   testBotAddress: string
 }
 
@@ -170,6 +176,7 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     requestTimeoutSeconds: e.REQUEST_TIMEOUT_SECONDS,
     maxGroupMembers: e.MAX_GROUP_MEMBERS,
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
+    webhookSecretsKey: e.WEBHOOK_SECRETS_KEY === undefined ? undefined : Buffer.from(e.WEBHOOK_SECRETS_KEY, 'hex'),
     testBotAddress: e.TEST_BOT_ADDRESS
   }
 }

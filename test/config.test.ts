@@ -20,6 +20,8 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     maxLongPollsPerKey: 10,
     requestTimeoutSeconds: 60,
     maxGroupMembers: 1_000,
+    webhookAllowPrivate: false,
+    webhookSecretsKey: undefined,
     eventStreamHeartbeatSeconds: 15,
     testBotAddress: 'testbot'
   })
@@ -90,4 +92,16 @@ t.test('DATABASE_URL_FILE and REDIS_URL_FILE read secrets from files (Docker sec
   const refused = (() => { try { loadConfig({ DATABASE_URL_FILE: `${bad}/db` }) } catch (err) { return (err as Error).message } })()
   t.match(refused, /^Invalid configuration: DATABASE_URL must be a PostgreSQL connection URL/)
   t.notMatch(refused, /hunter2/, 'a bad secret is named, never echoed')
+})
+
+t.test('WEBHOOK_SECRETS_KEY: 32 bytes as hex, from the environment or a file, never echoed', async (t) => {
+  const key = 'ab'.repeat(32)
+  t.same(loadConfig({ WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey, Buffer.from(key, 'hex'))
+  t.equal(loadConfig({}).webhookSecretsKey, undefined, 'unset by default')
+  const dir = t.testdir({ key: `${key}\n` })
+  t.same(loadConfig({ WEBHOOK_SECRETS_KEY_FILE: `${dir}/key` }).webhookSecretsKey, Buffer.from(key, 'hex'))
+  const short = 'cd'.repeat(20)
+  const refused = (() => { try { loadConfig({ WEBHOOK_SECRETS_KEY: short }) } catch (err) { return (err as Error).message } })()
+  t.match(refused, /^Invalid configuration: WEBHOOK_SECRETS_KEY must be 64 hexadecimal digits/)
+  t.notMatch(refused, short, 'the bad value is not echoed')
 })

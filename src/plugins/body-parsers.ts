@@ -2,8 +2,10 @@ import formbody from '@fastify/formbody'
 import multipart from '@fastify/multipart'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { parse as parseQuery } from 'fast-querystring'
 import { UnsupportedMediaType, ValidationFailed } from '../errors.js'
 import { loggableError, sendError } from './errors.js'
+import { formFieldsOver, jsonValuesOver } from './body-budget.js'
 import { readUpload, UploadedFile, type UploadProgress, type UploadSink } from './uploads.js'
 
 declare module 'fastify' {
@@ -26,6 +28,8 @@ export interface BodyParserOptions {
   /** Where file parts are streamed to, chunk by chunk. */
   uploads: UploadSink
   chunkBytes: number
+  /** The most values a JSON body (or fields a form body) may hold: see body-budget.ts. */
+  maxBodyValues: number
 }
 
 /**
@@ -37,7 +41,21 @@ export interface BodyParserOptions {
 export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParserOptions) => {
   // Only the three formats of the contract: text/plain (a Fastify default) is refused with 415.
   app.removeContentTypeParser('text/plain')
-  await app.register(formbody, { bodyLimit: BODY_LIMIT })
+  const tooMany = () => new ValidationFailed(`body: more than ${opts.maxBodyValues} values; no request needs that many`)
+  await app.register(formbody, {
+    bodyLimit: BODY_LIMIT,
+    parser: (text: string) => {
+      if (formFieldsOver(text, opts.maxBodyValues)) throw tooMany()
+      return parseQuery(text)
+    }
+  })
+  // Fastify's own JSON parser (prototype-poisoning checks included), after the count.
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: BODY_LIMIT }, (req, body, done) => {
+    if (jsonValuesOver(body as string, opts.maxBodyValues)) return done(tooMany(), undefined)
+    parseJson(req, body as string, done)
+  })
   // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
   // waits for a blank line that never comes, and stops reading the request. A multipart body
   // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused

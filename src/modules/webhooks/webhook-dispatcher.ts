@@ -4,6 +4,7 @@ import { loggableError } from '../../plugins/errors.js'
 import type { EventBus } from '../events/event-bus.js'
 import { createEventsRepository, toEvent } from '../events/events.repository.js'
 import type { EventRow } from '../events/events.table.js'
+import type { SecretBox } from './webhook-secrets.js'
 import { signature, type WebhookSender } from './webhook-sender.js'
 import { createWebhooksRepository, type Attempt } from './webhooks.repository.js'
 import type { WebhookRow } from './webhooks.table.js'
@@ -31,6 +32,7 @@ export interface DispatcherOptions {
   db: Db
   bus: EventBus
   sender: WebhookSender
+  secrets: SecretBox
   log: FastifyBaseLogger
   /** How long the head event may keep failing before the webhook is disabled (tests shorten it). */
   giveUpAfterMs?: number
@@ -56,7 +58,7 @@ function wanted (webhook: WebhookRow, event: EventRow, now: number): boolean {
  * webhook grows, and every second for due retries. Webhooks are claimed with FOR UPDATE SKIP
  * LOCKED and a lease, so instances share them and none is sent by two at once.
  */
-export function createWebhookDispatcher ({ db, bus, sender, log, giveUpAfterMs = GIVE_UP_AFTER_MS }: DispatcherOptions) {
+export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUpAfterMs = GIVE_UP_AFTER_MS }: DispatcherOptions) {
   const repository = createWebhooksRepository(db)
   const active = new Map<string, Promise<void>>()
   let watched = new Set<string>()
@@ -69,11 +71,17 @@ export function createWebhookDispatcher ({ db, bus, sender, log, giveUpAfterMs =
   async function post (webhook: WebhookRow, event: EventRow): Promise<Attempt> {
     const body = JSON.stringify(toEvent(event))
     const at = new Date()
+    let secret: string
+    try {
+      secret = secrets.open(webhook.id, webhook.secret)
+    } catch (err) {
+      return { eventId: event.seq, at, delivered: false, error: `not sent: ${(err as Error).message}` }
+    }
     const outcome = await sender.post(webhook.url, body, {
       'content-type': 'application/json',
       'x-parley-event-id': String(event.seq),
       'x-parley-webhook-id': webhook.id,
-      'x-parley-signature': signature(webhook.secret, body, at)
+      'x-parley-signature': signature(secret, body, at)
     })
     return { eventId: event.seq, at, ...outcome }
   }

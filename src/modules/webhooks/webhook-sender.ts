@@ -25,49 +25,62 @@ export interface Outcome { delivered: boolean, error: string | null }
 export function createWebhookSender (allowPrivate: boolean) {
   const lookup = guardedLookup(allowPrivate)
   const agents = {
-    'http:': new HttpAgent({ keepAlive: true, maxSockets: 4, lookup } as ConstructorParameters<typeof HttpAgent>[0]),
-    'https:': new HttpsAgent({ keepAlive: true, maxSockets: 4, lookup } as ConstructorParameters<typeof HttpsAgent>[0])
+    'http:': new HttpAgent({ keepAlive: true, maxSockets: 16, lookup } as ConstructorParameters<typeof HttpAgent>[0]),
+    'https:': new HttpsAgent({ keepAlive: true, maxSockets: 16, lookup } as ConstructorParameters<typeof HttpsAgent>[0])
   }
+  /** One POST; `staleSocket` when it failed on a reused connection before any answer came. */
+  function attempt (url: URL, body: string, headers: Record<string, string>): Promise<Outcome & { staleSocket?: boolean }> {
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest
+    return new Promise((resolve) => {
+      let settled = false
+      const settle = (outcome: Outcome & { staleSocket?: boolean }) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        resolve(outcome)
+      }
+      const req = request(url, {
+        method: 'POST',
+        agent: agents[url.protocol as 'http:' | 'https:'],
+        lookup,
+        headers: { ...headers, 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'Parley-Webhooks/2' }
+      }, (res: IncomingMessage) => {
+        let read = 0
+        res.on('data', (chunk: Buffer) => {
+          read += chunk.length
+          if (read > MAX_RESPONSE_BYTES) res.destroy()
+        })
+        const status = res.statusCode ?? 0
+        const done = () => settle(status >= 200 && status < 300
+          ? { delivered: true, error: null }
+          : { delivered: false, error: `answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''}` })
+        res.on('end', done)
+        res.on('close', done)
+        res.on('error', done)
+      })
+      const timer = setTimeout(() => {
+        req.destroy()
+        settle({ delivered: false, error: `no answer within ${DELIVERY_TIMEOUT_MS / 1000} s` })
+      }, DELIVERY_TIMEOUT_MS)
+      req.on('error', (err: NodeJS.ErrnoException) => settle({
+        delivered: false,
+        error: err.message.slice(0, 200),
+        staleSocket: req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')
+      }))
+      req.end(body)
+    })
+  }
+
   return {
     async post (target: string, body: string, headers: Record<string, string>): Promise<Outcome> {
       const url = new URL(target)
       const host = url.hostname.replace(/^\[|\]$/g, '')
       if (!allowPrivate && isIP(host) !== 0 && isPrivateAddress(host)) return { delivered: false, error: `${host} is a private address` }
-      const request = url.protocol === 'https:' ? httpsRequest : httpRequest
-      return new Promise<Outcome>((resolve) => {
-        let settled = false
-        const settle = (outcome: Outcome) => {
-          if (settled) return
-          settled = true
-          clearTimeout(timer)
-          resolve(outcome)
-        }
-        const req = request(url, {
-          method: 'POST',
-          agent: agents[url.protocol as 'http:' | 'https:'],
-          lookup,
-          headers: { ...headers, 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'Parley-Webhooks/2' }
-        }, (res: IncomingMessage) => {
-          let read = 0
-          res.on('data', (chunk: Buffer) => {
-            read += chunk.length
-            if (read > MAX_RESPONSE_BYTES) res.destroy()
-          })
-          const status = res.statusCode ?? 0
-          const done = () => settle(status >= 200 && status < 300
-            ? { delivered: true, error: null }
-            : { delivered: false, error: `answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''}` })
-          res.on('end', done)
-          res.on('close', done)
-          res.on('error', done)
-        })
-        const timer = setTimeout(() => {
-          req.destroy()
-          settle({ delivered: false, error: `no answer within ${DELIVERY_TIMEOUT_MS / 1000} s` })
-        }, DELIVERY_TIMEOUT_MS)
-        req.on('error', (err) => settle({ delivered: false, error: err.message.slice(0, 200) }))
-        req.end(body)
-      })
+      // A kept-alive connection the receiver closed just as we reused it (its idle timeout) is
+      // not the receiver failing: try once more on a new connection, as Node's docs advise.
+      let { staleSocket, ...outcome } = await attempt(url, body, headers)
+      if (staleSocket === true) ({ staleSocket, ...outcome } = await attempt(url, body, headers))
+      return outcome
     },
     close (): void {
       agents['http:'].destroy()

@@ -6,6 +6,7 @@ import { newId } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { WebhookDispatcher } from './webhook-dispatcher.js'
+import type { SecretBox } from './webhook-secrets.js'
 import { checkWebhookTarget, parseWebhookUrl } from './webhook-target.js'
 import { createWebhooksRepository } from './webhooks.repository.js'
 import {
@@ -19,6 +20,7 @@ export const MAX_WEBHOOKS_PER_USER = 10
 export interface WebhooksRoutesOptions {
   db: Db
   dispatcher: WebhookDispatcher
+  secrets: SecretBox
   allowPrivate: boolean
 }
 
@@ -30,8 +32,9 @@ const toDelivery = (d: WebhookDeliveryRow) => ({
   event: String(d.eventId), status: d.status, attempts: d.attempts, lastError: d.lastError, lastAttemptAt: d.lastAttemptAt?.toISOString() ?? null
 })
 
-export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = async (app, { db, dispatcher, allowPrivate }) => {
+export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = async (app, { db, dispatcher, secrets, allowPrivate }) => {
   const webhooks = createWebhooksRepository(db)
+  let warned = false
 
   async function owned (address: string, id: string): Promise<WebhookRow> {
     const webhook = await webhooks.get(address, id)
@@ -53,8 +56,13 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
     const me = principalOf(req).address
     const url = parseWebhookUrl(req.body.url, allowPrivate)
     await checkWebhookTarget(url, allowPrivate)
+    const id = newId('whk')
     const secret = `whsec_${randomBytes(32).toString('base64url')}`
-    const created = await webhooks.create({ id: newId('whk'), address: me, url: url.href, events: req.body.events ?? null, secret }, MAX_WEBHOOKS_PER_USER)
+    if (!secrets.sealing && !warned) {
+      warned = true
+      req.log.warn('webhook signing secrets are stored unsealed: set WEBHOOK_SECRETS_KEY to seal them at rest (docs/webhooks.md)')
+    }
+    const created = await webhooks.create({ id, address: me, url: url.href, events: req.body.events ?? null, secret: secrets.seal(id, secret) }, MAX_WEBHOOKS_PER_USER)
     if (created === undefined) throw new Conflict(`${me} already has ${MAX_WEBHOOKS_PER_USER} webhooks, the most a user may have; delete one first`)
     dispatcher.watch(me)
     return { ...toWebhook(created), secret }

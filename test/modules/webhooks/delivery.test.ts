@@ -1,6 +1,11 @@
+import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { backoffMs } from '../../../src/modules/webhooks/webhook-dispatcher.js'
+import { createSecretBox } from '../../../src/modules/webhooks/webhook-secrets.js'
 import { build, type Caller } from '../../helper.js'
 import { startReceiver, validSignature } from '../../support/webhook-receiver.js'
 
@@ -167,4 +172,64 @@ t.test('backoff roughly doubles with the time failing, with jitter, up to an hou
   t.equal(backoffMs(10 * 3600_000, () => 0.5), 3600_000)
   t.equal(backoffMs(8_000, () => 0), 6_400)
   t.equal(backoffMs(8_000, () => 1), 9_600)
+})
+
+t.test('with WEBHOOK_SECRETS_KEY the database holds only sealed secrets, and deliveries are still signed', async (t) => {
+  const key = randomBytes(32).toString('hex')
+  const { as, db, logs } = await build(t, { env: { ...ENV, WEBHOOK_SECRETS_KEY: key } })
+  const receiver = await startReceiver(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  const [row] = (await db.execute(sql`SELECT secret FROM webhooks WHERE id = ${hook.id}`) as unknown as { rows: { secret: string }[] }).rows
+  t.match(row!.secret, /^sealed:v1:/, 'stored sealed')
+  t.notMatch(row!.secret, hook.secret.slice(6), 'no part of the secret in clear')
+  await bob.post('/v2/message', { recipient: 'alice', body: 'sealed' })
+  await receiver.until(() => receiver.received.length >= 1)
+  t.ok(validSignature(hook.secret, receiver.received[0]!.headers['x-parley-signature'], receiver.received[0]!.body), 'signed with the secret shown once')
+  t.notMatch(logs(), hook.secret, 'the secret is in no log line')
+  t.notMatch(logs(), 'stored unsealed')
+})
+
+t.test('without the key, secrets are stored as they are and the log says so once', async (t) => {
+  const { as, logs } = await build(t, { env: ENV })
+  const alice = await as('alice')
+  const hooks = [await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/a' }), await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/b' })]
+  t.equal(logs().split('stored unsealed').length - 1, 1, 'one warning')
+  for (const hook of hooks) t.notMatch(logs(), hook.json().secret)
+})
+
+t.test('a sealed secret opens only with its key and for its own webhook', async (t) => {
+  const box = createSecretBox(randomBytes(32))
+  const sealed = box.seal('whk_a', 'whsec_x')
+  t.equal(box.open('whk_a', sealed), 'whsec_x')
+  t.throws(() => box.open('whk_b', sealed), /another WEBHOOK_SECRETS_KEY/, 'moved to another webhook\'s row, it does not open')
+  t.throws(() => createSecretBox(randomBytes(32)).open('whk_a', sealed), /another WEBHOOK_SECRETS_KEY/)
+  t.throws(() => createSecretBox(undefined).open('whk_a', sealed), /WEBHOOK_SECRETS_KEY is not set/)
+  t.equal(createSecretBox(undefined).open('whk_a', 'whsec_plain'), 'whsec_plain', 'an unsealed one reads as it is')
+  t.not(box.seal('whk_a', 'whsec_x'), sealed, 'each seal has its own IV')
+})
+
+t.test('a kept-alive connection the receiver dropped is retried on a new one, not counted as a failure', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  // Answers the first request on each connection, and drops the connection at the second.
+  const bodies: string[] = []
+  const server = createServer((req, res) => {
+    const socket = req.socket as typeof req.socket & { served?: boolean }
+    if (socket.served === true) { socket.destroy(); return }
+    socket.served = true
+    let body = ''
+    req.setEncoding('utf8').on('data', (c: string) => { body += c }).on('end', () => { bodies.push(body); res.writeHead(200, { connection: 'keep-alive' }).end() })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/` })).json()
+  for (let i = 0; i < 5; i++) await bob.post('/v2/message', { recipient: 'alice', body: `r${i}` })
+  const log = await logUntil(alice, hook.id, (d) => d.length === 5 && d.every((x) => x.status === 'delivered'))
+  t.equal(bodies.length, 5, 'each event arrived once')
+  t.same(log.map((d) => d.attempts), [1, 1, 1, 1, 1], 'each on its first attempt')
+  t.same(log.map((d) => d.lastError), [null, null, null, null, null])
 })
