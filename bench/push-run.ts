@@ -14,8 +14,8 @@ try {
   try {
     const streams = await streamWakeUp(service.url, f.pollers, f.senders)
     console.log(`10. event-stream wake-up, ${streams.streams} streams: after the send's 200 p50 ${streams.afterSend.p50.toFixed(1)} ms, p99 ${streams.afterSend.p99.toFixed(1)} ms, max ${streams.afterSend.max.toFixed(1)} ms`)
-    const hooks = await webhookThroughput(service.url, f.pollers.slice(0, 10), f.senders[3]!, 500)
-    console.log(`11. webhooks: ${hooks.events} events to ${hooks.webhooks} webhooks, ${hooks.eventsPerSecond.toFixed(0)} events/s; send's 200 to arrival p50 ${hooks.latency.p50.toFixed(1)} ms, p99 ${hooks.latency.p99.toFixed(1)} ms`)
+    const hooks = await webhookThroughput(service.url, database.url, f.pollers.slice(0, 10), f.senders, 500)
+    console.log(`11. webhooks: ${hooks.events} events to ${hooks.webhooks} webhooks while sent, ${hooks.eventsPerSecond.toFixed(0)} events/s; send's 200 to arrival p50 ${hooks.latency.p50.toFixed(1)} ms, p99 ${hooks.latency.p99.toFixed(1)} ms; a backlog of as many: ${hooks.backlogEventsPerSecond.toFixed(0)} events/s`)
   } finally {
     await service.stop()
   }

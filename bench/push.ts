@@ -1,6 +1,7 @@
 import { once } from 'node:events'
 import { Agent, createServer, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import pg from 'pg'
 import type { Key } from './fixtures.js'
 import { percentiles, type Percentiles } from './pollers.js'
 
@@ -71,18 +72,20 @@ export async function streamWakeUp (url: string, listeners: Key[], senders: Key[
 export interface WebhookResult {
   webhooks: number
   events: number
-  /** Events delivered per second, from the first send to the last delivery. */
+  /** Live: events delivered per second, from the first send to the last delivery. */
   eventsPerSecond: number
-  /** From a send's 200 to its event's arrival at the receiver. */
+  /** Live: from a send's 200 to its event's arrival at the receiver. */
   latency: Percentiles
+  /** A backlog of `events` already in the feeds: delivered per second, first arrival to last. */
+  backlogEventsPerSecond: number
 }
 
 /**
  * Scenario 11: `owners` each register a webhook to one receiver on loopback, then `perOwner`
- * messages are sent to each (50 at a time) and every delivery is counted; the webhooks are
+ * messages are sent to each (one connection per sender) and every delivery is counted; the webhooks are
  * deleted after, so later scenarios send to nobody's webhook.
  */
-export async function webhookThroughput (url: string, owners: Key[], sender: Key, perOwner: number): Promise<WebhookResult> {
+export async function webhookThroughput (url: string, databaseUrl: string, owners: Key[], senders: Key[], perOwner: number): Promise<WebhookResult> {
   const arrivals = new Map<string, number>()
   let received = 0
   let allArrived: () => void = () => {}
@@ -111,7 +114,8 @@ export async function webhookThroughput (url: string, owners: Key[], sender: Key
   const sentAt = new Map<string, number>()
   const started = performance.now()
   let next = 0
-  await Promise.all(Array.from({ length: 50 }, async () => {
+  // Each connection sends as its own key: one key's sends are admitted a few at a time.
+  await Promise.all(senders.map(async (sender) => {
     while (next < total) {
       const i = next++
       const body = `hook ${i}`
@@ -121,9 +125,23 @@ export async function webhookThroughput (url: string, owners: Key[], sender: Key
   }))
   await Promise.race([done, new Promise((resolve) => setTimeout(resolve, 120_000))])
   const finished = Math.max(...arrivals.values())
+  const latency = [...sentAt].map(([body, at]) => Math.max(0, (arrivals.get(body) ?? Infinity) - at))
+  const live = { events: arrivals.size, eventsPerSecond: arrivals.size / ((finished - started) / 1000) }
+
+  // The backlog: the same events again, as if each webhook had been made before them.
+  arrivals.clear()
+  received = 0
+  const drained = new Promise<void>((resolve) => { allArrived = resolve })
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  await client.query('UPDATE webhooks SET delivered_through = 0, next_attempt_at = now() WHERE id = ANY($1)', [hooks.map((h) => h.id)])
+  await client.end()
+  await Promise.race([drained, new Promise((resolve) => setTimeout(resolve, 120_000))])
+  const times = [...arrivals.values()]
+  const backlogEventsPerSecond = arrivals.size / ((Math.max(...times) - Math.min(...times)) / 1000)
+
   for (const { owner, id } of hooks) await fetch(`${url}/v2/webhooks/${id}`, { method: 'DELETE', headers: { authorization: owner.authorization } })
   receiver.closeAllConnections()
   receiver.close()
-  const latency = [...sentAt].map(([body, at]) => Math.max(0, (arrivals.get(body) ?? Infinity) - at))
-  return { webhooks: owners.length, events: arrivals.size, eventsPerSecond: arrivals.size / ((finished - started) / 1000), latency: percentiles(latency) }
+  return { webhooks: owners.length, ...live, latency: percentiles(latency), backlogEventsPerSecond }
 }

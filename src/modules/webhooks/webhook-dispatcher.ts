@@ -61,6 +61,8 @@ function wanted (webhook: WebhookRow, event: EventRow, now: number): boolean {
 export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUpAfterMs = GIVE_UP_AFTER_MS }: DispatcherOptions) {
   const repository = createWebhooksRepository(db)
   const active = new Map<string, Promise<void>>()
+  // Users with a batch in flight here: their notifications need no tick (the batch reads on).
+  const busy = new Map<string, number>()
   let watched = new Set<string>()
   let ticking = false
   let again = false
@@ -86,52 +88,65 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
     return { eventId: event.seq, at, ...outcome }
   }
 
-  /** One batch for a claimed webhook: redeliveries, then the feed, in order, until one fails. */
-  async function deliver (webhook: WebhookRow): Promise<void> {
+  /**
+   * Delivers for a claimed webhook, round after round while events keep coming (within
+   * BATCH_MS): each round reads up to BATCH events (redeliveries first, then the feed), sends
+   * them in order until one fails, and records how far it got, renewing the lease; the last
+   * round gives the lease back.
+   */
+  async function deliver (claimed: WebhookRow): Promise<void> {
     const started = Date.now()
-    const { redeliveries, feed } = await repository.nextEvents(webhook, BATCH)
-    const attempts: Attempt[] = []
-    const redelivered: number[] = []
-    let through = webhook.deliveredThrough
-    let failed: Attempt | undefined
     const more = () => !closing && Date.now() - started <= BATCH_MS
-    for (const event of redeliveries) {
-      if (!more()) break
-      const attempt = await post(webhook, event)
-      if (!attempt.delivered && closing) break
-      attempts.push(attempt)
-      if (!attempt.delivered) { failed = attempt; break }
-      redelivered.push(event.seq)
-    }
-    for (const event of failed === undefined ? feed : []) {
-      if (!more()) break
-      if (!wanted(webhook, event, Date.now())) { through = event.seq; continue }
-      const attempt = await post(webhook, event)
-      // Cut off by shutdown: not the receiver's failure; the next holder sends it again.
-      if (!attempt.delivered && closing) break
-      attempts.push(attempt)
-      if (!attempt.delivered) { failed = attempt; break }
-      through = event.seq
-    }
+    let webhook = claimed
+    for (;;) {
+      const { redeliveries, feed } = await repository.nextEvents(webhook, BATCH)
+      const attempts: Attempt[] = []
+      const redelivered: number[] = []
+      let through = webhook.deliveredThrough
+      let failed: Attempt | undefined
+      for (const event of redeliveries) {
+        if (!more()) break
+        const attempt = await post(webhook, event)
+        if (!attempt.delivered && closing) break
+        attempts.push(attempt)
+        if (!attempt.delivered) { failed = attempt; break }
+        redelivered.push(event.seq)
+      }
+      for (const event of failed === undefined ? feed : []) {
+        if (!more()) break
+        if (!wanted(webhook, event, Date.now())) { through = event.seq; continue }
+        const attempt = await post(webhook, event)
+        // Cut off by shutdown: not the receiver's failure; the next holder sends it again.
+        if (!attempt.delivered && closing) break
+        attempts.push(attempt)
+        if (!attempt.delivered) { failed = attempt; break }
+        through = event.seq
+      }
 
-    const progressed = through > webhook.deliveredThrough || redelivered.length > 0
-    if (failed === undefined) {
-      // Due at once: if more is waiting, the next tick (after this batch) claims it again.
-      await repository.record(webhook, attempts, { deliveredThrough: through, redelivered, nextAttemptAt: new Date(), failingSince: null })
+      if (failed === undefined) {
+        // Another round while this one found work and time remains; else let go (due at once,
+        // so the next tick claims it again if more has come).
+        const again = redeliveries.length + feed.length > 0 && more()
+        await repository.record(webhook, attempts, { deliveredThrough: through, redelivered, nextAttemptAt: new Date(), failingSince: null }, again ? LEASE_MS : undefined)
+        if (!again) return
+        webhook = { ...webhook, deliveredThrough: through, failingSince: null }
+        continue
+      }
+      const progressed = through > webhook.deliveredThrough || redelivered.length > 0
+      const failingSince = progressed || webhook.failingSince === null ? failed.at : webhook.failingSince
+      const failingFor = failed.at.getTime() - failingSince.getTime()
+      log.info({ webhook: webhook.id, event: failed.eventId, error: failed.error }, 'webhook delivery failed; will retry')
+      const progress = { deliveredThrough: through, redelivered, nextAttemptAt: new Date(failed.at.getTime() + backoffMs(failingFor)), failingSince }
+      if (failingFor < giveUpAfterMs) {
+        await repository.record(webhook, attempts, progress)
+        return
+      }
+      log.warn({ webhook: webhook.id, event: failed.eventId, error: failed.error }, 'webhook disabled: its deliveries kept failing')
+      await repository.record(webhook, attempts, progress, undefined, async (tx) => {
+        await createEventsRepository(tx).append([{ address: webhook.address, type: 'webhook.disabled', data: { webhook: webhook.id } }])
+      })
       return
     }
-    const failingSince = progressed || webhook.failingSince === null ? failed.at : webhook.failingSince
-    const failingFor = failed.at.getTime() - failingSince.getTime()
-    log.info({ webhook: webhook.id, event: failed.eventId, error: failed.error }, 'webhook delivery failed; will retry')
-    const progress = { deliveredThrough: through, redelivered, nextAttemptAt: new Date(failed.at.getTime() + backoffMs(failingFor)), failingSince }
-    if (failingFor < giveUpAfterMs) {
-      await repository.record(webhook, attempts, progress)
-      return
-    }
-    log.warn({ webhook: webhook.id, event: failed.eventId, error: failed.error }, 'webhook disabled: its deliveries kept failing')
-    await repository.record(webhook, attempts, progress, async (tx) => {
-      await createEventsRepository(tx).append([{ address: webhook.address, type: 'webhook.disabled', data: { webhook: webhook.id } }])
-    })
   }
 
   /** Claims what is due, up to the free slots, and starts each batch; runs again while asked to. */
@@ -146,10 +161,14 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
         if (free <= 0) break
         for (const webhook of await repository.claimDue(free, LEASE_MS)) {
           if (closing) { await repository.release(webhook.id); continue }
+          busy.set(webhook.address, (busy.get(webhook.address) ?? 0) + 1)
           active.set(webhook.id, deliver(webhook)
             .catch((err: unknown) => log.warn({ err: loggableError(err), webhook: webhook.id }, 'webhook batch failed; its lease runs out and it is tried again'))
             .finally(() => {
               active.delete(webhook.id)
+              const left = (busy.get(webhook.address) ?? 1) - 1
+              if (left === 0) busy.delete(webhook.address)
+              else busy.set(webhook.address, left)
               void tick()
             }))
         }
@@ -169,8 +188,9 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
     start (): void {
       closing = false
       unwatch = bus.watchAll((addresses) => {
-        // Most sends have nobody's webhook to wake; a lost connection (no addresses) might.
-        if (addresses.length === 0 || addresses.some((a) => watched.has(a))) void tick()
+        // Most sends have nobody's webhook to wake, and a feed whose batch is in flight is read
+        // on by that batch; a lost connection (no addresses) might have missed anything.
+        if (addresses.length === 0 || addresses.some((a) => watched.has(a) && !busy.has(a))) void tick()
       })
       const refreshing = () => { refresh().catch((err: unknown) => log.warn({ err: loggableError(err) }, 'could not read which users have webhooks')) }
       refreshing()

@@ -119,12 +119,12 @@ export function createWebhooksRepository (db: Db) {
     },
 
     /**
-     * Records a batch in one transaction: each attempt in the log (lastError is the last error
-     * an event met, kept once it is delivered), the webhook's progress, and
-     * the lease released. With `disable`, the webhook is disabled and its owner told, in the
-     * same transaction (appendEvent runs inside it).
+     * Records a round in one transaction: each attempt in the log (lastError is the last error
+     * an event met, kept once it is delivered), the webhook's progress, and the lease released
+     * (or renewed for `renewLeaseMs`, when another round follows). With `disable`, the webhook
+     * is disabled and its owner told, in the same transaction (`disable` runs inside it).
      */
-    async record (webhook: WebhookRow, attempts: Attempt[], progress: Progress, disable?: (tx: Db) => Promise<void>): Promise<void> {
+    async record (webhook: WebhookRow, attempts: Attempt[], progress: Progress, renewLeaseMs?: number, disable?: (tx: Db) => Promise<void>): Promise<void> {
       await db.transaction(async (tx) => {
         if (attempts.length > 0) {
           const rows = sql.join(attempts.map((a) => sql`(${webhook.id}::text, ${a.eventId}::bigint, ${a.delivered ? 'delivered' : disable !== undefined ? 'failed' : 'pending'}::text, ${a.error}::text, ${a.at.toISOString()}::timestamptz)`), sql`, `)
@@ -142,7 +142,7 @@ export function createWebhooksRepository (db: Db) {
           deliveredThrough: progress.deliveredThrough,
           nextAttemptAt: progress.nextAttemptAt,
           failingSince: progress.failingSince,
-          leaseUntil: null,
+          leaseUntil: renewLeaseMs === undefined ? null : sql`now() + make_interval(secs => ${renewLeaseMs / 1000})`,
           ...(disable !== undefined ? { disabledAt: sql`now()` } : {})
         }).where(eq(webhooks.id, webhook.id))
         if (disable !== undefined) await disable(tx)
