@@ -20,7 +20,8 @@ CREATE TABLE "webhooks" (
 	"delivered_through" bigint NOT NULL,
 	"next_attempt_at" timestamp (3) with time zone DEFAULT now() NOT NULL,
 	"failing_since" timestamp (3) with time zone,
-	"lease_until" timestamp (3) with time zone
+	"lease_until" timestamp (3) with time zone,
+	"lease_token" text
 );
 --> statement-breakpoint
 ALTER TABLE "webhook_deliveries" ADD CONSTRAINT "webhook_deliveries_webhook_id_webhooks_id_fk" FOREIGN KEY ("webhook_id") REFERENCES "public"."webhooks"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
 import { loggableError } from '../../plugins/errors.js'
@@ -6,11 +7,13 @@ import { createEventsRepository, toEvent } from '../events/events.repository.js'
 import type { EventRow } from '../events/events.table.js'
 import type { SecretBox } from './webhook-secrets.js'
 import { signature, type WebhookSender } from './webhook-sender.js'
-import { createWebhooksRepository, type Attempt } from './webhooks.repository.js'
+import { createWebhooksRepository, LeaseLost, type Attempt } from './webhooks.repository.js'
 import type { WebhookRow } from './webhooks.table.js'
 
 /** Webhooks one instance sends to at once (each one event at a time, in order). */
 const CONCURRENCY = 16
+/** Webhooks of one user being sent to at once, over every instance: no user takes every slot. */
+const PER_USER = 2
 /** Events read per batch. */
 const BATCH = 100
 /**
@@ -101,16 +104,16 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
     for (;;) {
       const { redeliveries, feed } = await repository.nextEvents(webhook, BATCH)
       const attempts: Attempt[] = []
-      const redelivered: number[] = []
+      const redelivered: { eventId: number, markedAt: Date }[] = []
       let through = webhook.deliveredThrough
       let failed: Attempt | undefined
-      for (const event of redeliveries) {
+      for (const { event, markedAt } of redeliveries) {
         if (!more()) break
         const attempt = await post(webhook, event)
         if (!attempt.delivered && closing) break
         attempts.push(attempt)
         if (!attempt.delivered) { failed = attempt; break }
-        redelivered.push(event.seq)
+        redelivered.push({ eventId: event.seq, markedAt })
       }
       for (const event of failed === undefined ? feed : []) {
         if (!more()) break
@@ -159,11 +162,15 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
         again = false
         const free = CONCURRENCY - active.size
         if (free <= 0) break
-        for (const webhook of await repository.claimDue(free, LEASE_MS)) {
-          if (closing) { await repository.release(webhook.id); continue }
+        for (const webhook of await repository.claimDue(free, LEASE_MS, randomUUID(), PER_USER)) {
+          // Shutting down, or a batch of ours still runs on it (its lease ran out): let it go.
+          if (closing || active.has(webhook.id)) { await repository.release(webhook); continue }
           busy.set(webhook.address, (busy.get(webhook.address) ?? 0) + 1)
           active.set(webhook.id, deliver(webhook)
-            .catch((err: unknown) => log.warn({ err: loggableError(err), webhook: webhook.id }, 'webhook batch failed; its lease runs out and it is tried again'))
+            .catch((err: unknown) => {
+              if (err instanceof LeaseLost) log.info({ webhook: webhook.id }, 'webhook lease lost to another claim; stopped sending')
+              else log.warn({ err: loggableError(err), webhook: webhook.id }, 'webhook batch failed; its lease runs out and it is tried again')
+            })
             .finally(() => {
               active.delete(webhook.id)
               const left = (busy.get(webhook.address) ?? 1) - 1
@@ -194,6 +201,13 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
       })
       const refreshing = () => { refresh().catch((err: unknown) => log.warn({ err: loggableError(err) }, 'could not read which users have webhooks')) }
       refreshing()
+      // Secrets stored before a key was configured are sealed now.
+      if (secrets.sealing) {
+        repository.sealUnsealed((id, secret) => secrets.seal(id, secret)).then(
+          (sealed) => { if (sealed > 0) log.info({ sealed }, 'sealed webhook signing secrets stored before WEBHOOK_SECRETS_KEY was set') },
+          (err: unknown) => log.warn({ err: loggableError(err) }, 'could not seal stored webhook secrets; will try at the next start')
+        )
+      }
       timers = [setInterval(() => { void tick() }, POLL_MS), setInterval(refreshing, REFRESH_MS)]
       for (const timer of timers) timer.unref()
     },

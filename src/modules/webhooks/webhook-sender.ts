@@ -29,7 +29,7 @@ export function createWebhookSender (allowPrivate: boolean) {
     'https:': new HttpsAgent({ keepAlive: true, maxSockets: 16, lookup } as ConstructorParameters<typeof HttpsAgent>[0])
   }
   /** One POST; `staleSocket` when it failed on a reused connection before any answer came. */
-  function attempt (url: URL, body: string, headers: Record<string, string>): Promise<Outcome & { staleSocket?: boolean }> {
+  function attempt (url: URL, body: string, headers: Record<string, string>, deadline: number): Promise<Outcome & { staleSocket?: boolean }> {
     const request = url.protocol === 'https:' ? httpsRequest : httpRequest
     return new Promise((resolve) => {
       let settled = false
@@ -61,7 +61,7 @@ export function createWebhookSender (allowPrivate: boolean) {
       const timer = setTimeout(() => {
         req.destroy()
         settle({ delivered: false, error: `no answer within ${DELIVERY_TIMEOUT_MS / 1000} s` })
-      }, DELIVERY_TIMEOUT_MS)
+      }, Math.max(0, deadline - Date.now()))
       req.on('error', (err: NodeJS.ErrnoException) => settle({
         delivered: false,
         error: err.message.slice(0, 200),
@@ -78,8 +78,10 @@ export function createWebhookSender (allowPrivate: boolean) {
       if (!allowPrivate && isIP(host) !== 0 && isPrivateAddress(host)) return { delivered: false, error: `${host} is a private address` }
       // A kept-alive connection the receiver closed just as we reused it (its idle timeout) is
       // not the receiver failing: try once more on a new connection, as Node's docs advise.
-      let { staleSocket, ...outcome } = await attempt(url, body, headers)
-      if (staleSocket === true) ({ staleSocket, ...outcome } = await attempt(url, body, headers))
+      // Both tries share the one deadline.
+      const deadline = Date.now() + DELIVERY_TIMEOUT_MS
+      let { staleSocket, ...outcome } = await attempt(url, body, headers, deadline)
+      if (staleSocket === true && Date.now() < deadline) ({ staleSocket, ...outcome } = await attempt(url, body, headers, deadline))
       return outcome
     },
     close (): void {

@@ -7,23 +7,28 @@ import { ValidationFailed } from '../../errors.js'
  * private and shared ranges, link-local (cloud metadata at 169.254.169.254), multicast,
  * reserved and documentation ranges, for IPv4 and IPv6 (IPv4-mapped IPv6 is checked as IPv4).
  */
-const PRIVATE = new BlockList()
+// Two lists: Node checks an IPv4 address against a list's IPv6 rules too (as ::ffff:a.b.c.d), so
+// the IPv6 rules that cover whole IPv4-carrying prefixes must not see IPv4 addresses.
+const PRIVATE_V4 = new BlockList()
+const PRIVATE_V6 = new BlockList()
 for (const [net, bits] of [
   ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
   ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
   ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4]
-] as const) PRIVATE.addSubnet(net, bits, 'ipv4')
+] as const) PRIVATE_V4.addSubnet(net, bits, 'ipv4')
+// IPv6 forms that carry or reach an IPv4 address (IPv4-compatible ::/96, mapped ::ffff:0:0/96,
+// NAT64 64:ff9b::/96 and its local-use 64:ff9b:1::/48, 6to4 2002::/16, Teredo 2001::/32) are
+// refused whole: they could lead to a private IPv4 address through a gateway.
 for (const [net, bits] of [
-  ['::', 128], ['::1', 128], ['64:ff9b::', 96], ['100::', 64], ['2001:db8::', 32], ['fc00::', 7], ['fe80::', 10], ['fec0::', 10], ['ff00::', 8]
-] as const) PRIVATE.addSubnet(net, bits, 'ipv6')
+  ['::', 96], ['::ffff:0:0', 96], ['64:ff9b::', 96], ['64:ff9b:1::', 48], ['100::', 64], ['2001::', 32], ['2001:db8::', 32],
+  ['2002::', 16], ['fc00::', 7], ['fe80::', 10], ['fec0::', 10], ['ff00::', 8]
+] as const) PRIVATE_V6.addSubnet(net, bits, 'ipv6')
 
-/** Whether an IP address is one a webhook may not reach (see PRIVATE). */
+/** Whether an IP address is one a webhook may not reach (see PRIVATE_V4 and PRIVATE_V6). */
 export function isPrivateAddress (address: string): boolean {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
-  if (mapped !== null) return PRIVATE.check(mapped[1]!, 'ipv4')
   const family = isIP(address)
   if (family === 0) return true
-  return PRIVATE.check(address, family === 4 ? 'ipv4' : 'ipv6')
+  return family === 4 ? PRIVATE_V4.check(address, 'ipv4') : PRIVATE_V6.check(address, 'ipv6')
 }
 
 /** A URL fit to be a webhook's: https (http too where private targets are allowed), no credentials, 2,048 characters at most. */

@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, sql } from 'drizzle-orm'
+import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { events, type EventRow } from '../events/events.table.js'
@@ -15,11 +15,19 @@ export interface Attempt {
 /** A webhook's state after a batch: how far it got, and when to try again. */
 export interface Progress {
   deliveredThrough: number
-  /** Redeliveries done with (delivered), whose mark is cleared. */
-  redelivered: number[]
+  /** Redeliveries done with (delivered), whose mark is cleared if it is still the one read. */
+  redelivered: { eventId: number, markedAt: Date }[]
   nextAttemptAt: Date
   /** Set while the head event keeps failing; null once it is delivered. */
   failingSince: Date | null
+}
+
+/** A holder's lease ran out and another claim took the webhook: it must stop, recording nothing. */
+export class LeaseLost extends Error {
+  constructor (webhookId: string) {
+    super(`the lease on ${webhookId} was lost to another claim`)
+    this.name = 'LeaseLost'
+  }
 }
 
 export function createWebhooksRepository (db: Db) {
@@ -68,83 +76,119 @@ export function createWebhooksRepository (db: Db) {
     },
 
     /**
-     * Asks for an event to be sent again, before the feed's next one. False when the feed no
-     * longer holds the event (or never did).
+     * Asks for an event to be sent again, before the feed's next one. A mark on an event the
+     * webhook has not yet been through waits until it has (nextEvents takes only marks at or
+     * below deliveredThrough), so the event goes out in its turn and once more after, never
+     * ahead of earlier events. False when the feed no longer holds the event (or never did). A
+     * webhook waiting out a failure's backoff is not made due sooner.
      */
     async markRedelivery (webhook: WebhookRow, eventId: number): Promise<boolean> {
-      const [row] = await queryRows<{ event_id: string }>(db, sql`
-        INSERT INTO ${webhookDeliveries} (webhook_id, event_id, status, redeliver)
-        SELECT ${webhook.id}, seq, 'pending', now() FROM ${events} WHERE address = ${webhook.address} AND seq = ${eventId}
-        ON CONFLICT (webhook_id, event_id) DO UPDATE SET redeliver = now(), status = 'pending'
-        RETURNING event_id`)
-      if (row === undefined) return false
-      // Due now, even if it was waiting out a backoff.
-      await db.update(webhooks).set({ nextAttemptAt: sql`now()` }).where(eq(webhooks.id, webhook.id))
-      return true
+      const [marked] = await queryRows<{ webhook_id: string }>(db, sql`
+        WITH marked AS (
+          INSERT INTO ${webhookDeliveries} (webhook_id, event_id, status, redeliver)
+          SELECT ${webhook.id}, seq, 'pending', now() FROM ${events} WHERE address = ${webhook.address} AND seq = ${eventId}
+          ON CONFLICT (webhook_id, event_id) DO UPDATE SET redeliver = now(), status = 'pending'
+          RETURNING webhook_id),
+        due AS (
+          UPDATE ${webhooks} SET next_attempt_at = now()
+          WHERE id IN (SELECT webhook_id FROM marked) AND failing_since IS NULL AND next_attempt_at > now())
+        SELECT webhook_id FROM marked`)
+      return marked !== undefined
     },
 
     /**
-     * Leases up to `limit` webhooks that have something to send and are due, for `leaseMs`:
-     * FOR UPDATE SKIP LOCKED and the lease keep any other instance off them until the lease
-     * is released or runs out (a crashed holder's work is taken over then: at least once).
+     * Leases up to `limit` webhooks that have something to send and are due, for `leaseMs`,
+     * under `token`: FOR UPDATE SKIP LOCKED and the lease keep any other instance off them until
+     * the lease is released or runs out (a crashed holder's work is taken over then: at least
+     * once). A user holds at most `perUser` leases at once, counting every instance's, so one
+     * user's slow receivers cannot take every delivery slot.
      */
-    async claimDue (limit: number, leaseMs: number): Promise<WebhookRow[]> {
-      const claimed = await queryRows<{ id: string }>(db, sql`
-        UPDATE ${webhooks} SET lease_until = now() + make_interval(secs => ${leaseMs / 1000})
-        WHERE id IN (
-          SELECT w.id FROM ${webhooks} w
+    async claimDue (limit: number, leaseMs: number, token: string, perUser: number): Promise<WebhookRow[]> {
+      const ids = await db.transaction(async (tx) => {
+        const due = await queryRows<{ id: string, address: string, leased: number }>(tx, sql`
+          SELECT w.id, w.address,
+            (SELECT count(*)::int FROM ${webhooks} l WHERE l.address = w.address AND l.lease_until >= now()) AS leased
+          FROM ${webhooks} w
           WHERE w.disabled_at IS NULL AND w.next_attempt_at <= now() AND (w.lease_until IS NULL OR w.lease_until < now())
             AND (EXISTS (SELECT 1 FROM ${events} e WHERE e.address = w.address AND e.seq > w.delivered_through)
-              OR EXISTS (SELECT 1 FROM ${webhookDeliveries} d WHERE d.webhook_id = w.id AND d.redeliver IS NOT NULL))
+              OR EXISTS (SELECT 1 FROM ${webhookDeliveries} d JOIN ${events} e ON e.address = w.address AND e.seq = d.event_id
+                         WHERE d.webhook_id = w.id AND d.redeliver IS NOT NULL AND d.event_id <= w.delivered_through))
           ORDER BY w.next_attempt_at
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED)
-        RETURNING id`)
-      if (claimed.length === 0) return []
-      return db.select().from(webhooks).where(inArray(webhooks.id, claimed.map((c) => c.id)))
+          LIMIT ${limit * 4}
+          FOR UPDATE OF w SKIP LOCKED`)
+        const held = new Map<string, number>()
+        const chosen: string[] = []
+        for (const row of due) {
+          const n = held.get(row.address) ?? row.leased
+          if (n >= perUser || chosen.length >= limit) continue
+          held.set(row.address, n + 1)
+          chosen.push(row.id)
+        }
+        if (chosen.length > 0) {
+          await tx.update(webhooks).set({ leaseUntil: sql`now() + make_interval(secs => ${leaseMs / 1000})`, leaseToken: token })
+            .where(inArray(webhooks.id, chosen))
+        }
+        return chosen
+      })
+      if (ids.length === 0) return []
+      return db.select().from(webhooks).where(inArray(webhooks.id, ids))
     },
 
-    /** The events to send next, in order: redeliveries first, then the feed after deliveredThrough. */
-    async nextEvents (webhook: WebhookRow, limit: number): Promise<{ redeliveries: EventRow[], feed: EventRow[] }> {
-      const redeliveries = await db.select({ event: events }).from(webhookDeliveries)
+    /**
+     * The events to send next, in order: redeliveries (of events the webhook has been through)
+     * first, then the feed after deliveredThrough. A mark whose event the feed no longer holds
+     * is dropped.
+     */
+    async nextEvents (webhook: WebhookRow, limit: number): Promise<{ redeliveries: { event: EventRow, markedAt: Date }[], feed: EventRow[] }> {
+      await db.execute(sql`
+        UPDATE ${webhookDeliveries} d SET redeliver = NULL
+        WHERE d.webhook_id = ${webhook.id} AND d.redeliver IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM ${events} e WHERE e.address = ${webhook.address} AND e.seq = d.event_id)`)
+      const redeliveries = await db.select({ event: events, markedAt: webhookDeliveries.redeliver }).from(webhookDeliveries)
         .innerJoin(events, and(eq(events.address, webhook.address), eq(events.seq, webhookDeliveries.eventId)))
-        .where(and(eq(webhookDeliveries.webhookId, webhook.id), isNotNull(webhookDeliveries.redeliver)))
+        .where(and(eq(webhookDeliveries.webhookId, webhook.id), isNotNull(webhookDeliveries.redeliver), lte(webhookDeliveries.eventId, webhook.deliveredThrough)))
         .orderBy(asc(webhookDeliveries.eventId))
         .limit(limit)
       const feed = await db.select().from(events)
         .where(and(eq(events.address, webhook.address), gt(events.seq, webhook.deliveredThrough)))
         .orderBy(asc(events.seq))
         .limit(limit)
-      return { redeliveries: redeliveries.map((r) => r.event), feed }
+      return { redeliveries: redeliveries.map((r) => ({ event: r.event, markedAt: r.markedAt! })), feed }
     },
 
     /**
-     * Records a round in one transaction: each attempt in the log (lastError is the last error
+     * Records a round in one transaction, if this claim still holds the lease (LeaseLost
+     * otherwise, and nothing is written): each attempt in the log (lastError is the last error
      * an event met, kept once it is delivered), the webhook's progress, and the lease released
      * (or renewed for `renewLeaseMs`, when another round follows). With `disable`, the webhook
      * is disabled and its owner told, in the same transaction (`disable` runs inside it).
      */
     async record (webhook: WebhookRow, attempts: Attempt[], progress: Progress, renewLeaseMs?: number, disable?: (tx: Db) => Promise<void>): Promise<void> {
       await db.transaction(async (tx) => {
-        if (attempts.length > 0) {
-          const rows = sql.join(attempts.map((a) => sql`(${webhook.id}::text, ${a.eventId}::bigint, ${a.delivered ? 'delivered' : disable !== undefined ? 'failed' : 'pending'}::text, ${a.error}::text, ${a.at.toISOString()}::timestamptz)`), sql`, `)
+        const [held] = await tx.update(webhooks).set({
+          deliveredThrough: sql`GREATEST(${webhooks.deliveredThrough}, ${progress.deliveredThrough})`,
+          nextAttemptAt: progress.nextAttemptAt,
+          failingSince: progress.failingSince,
+          leaseUntil: renewLeaseMs === undefined ? null : sql`now() + make_interval(secs => ${renewLeaseMs / 1000})`,
+          leaseToken: renewLeaseMs === undefined ? null : webhook.leaseToken,
+          ...(disable !== undefined ? { disabledAt: sql`now()` } : {})
+        }).where(and(eq(webhooks.id, webhook.id), eq(webhooks.leaseToken, webhook.leaseToken ?? ''))).returning({ id: webhooks.id })
+        if (held === undefined) throw new LeaseLost(webhook.id)
+        // One row per event (the last attempt of a round wins).
+        const last = [...new Map(attempts.map((a) => [a.eventId, a])).values()]
+        if (last.length > 0) {
+          const rows = sql.join(last.map((a) => sql`(${webhook.id}::text, ${a.eventId}::bigint, ${a.delivered ? 'delivered' : disable !== undefined ? 'failed' : 'pending'}::text, ${a.error}::text, ${a.at.toISOString()}::timestamptz)`), sql`, `)
           await tx.execute(sql`
             INSERT INTO ${webhookDeliveries} (webhook_id, event_id, status, attempts, last_error, last_attempt_at)
             SELECT v.webhook_id, v.event_id, v.status, 1, v.last_error, v.at FROM (VALUES ${rows}) AS v(webhook_id, event_id, status, last_error, at)
             ON CONFLICT (webhook_id, event_id) DO UPDATE SET status = excluded.status, attempts = ${webhookDeliveries}.attempts + 1,
               last_error = COALESCE(excluded.last_error, ${webhookDeliveries}.last_error), last_attempt_at = excluded.last_attempt_at`)
         }
-        if (progress.redelivered.length > 0) {
+        // Only the marks this round read: a redelivery asked for meanwhile stays.
+        for (const r of progress.redelivered) {
           await tx.update(webhookDeliveries).set({ redeliver: null })
-            .where(and(eq(webhookDeliveries.webhookId, webhook.id), inArray(webhookDeliveries.eventId, progress.redelivered)))
+            .where(and(eq(webhookDeliveries.webhookId, webhook.id), eq(webhookDeliveries.eventId, r.eventId), eq(webhookDeliveries.redeliver, r.markedAt)))
         }
-        await tx.update(webhooks).set({
-          deliveredThrough: progress.deliveredThrough,
-          nextAttemptAt: progress.nextAttemptAt,
-          failingSince: progress.failingSince,
-          leaseUntil: renewLeaseMs === undefined ? null : sql`now() + make_interval(secs => ${renewLeaseMs / 1000})`,
-          ...(disable !== undefined ? { disabledAt: sql`now()` } : {})
-        }).where(eq(webhooks.id, webhook.id))
         if (disable !== undefined) await disable(tx)
       })
     },
@@ -155,14 +199,26 @@ export function createWebhooksRepository (db: Db) {
       return rows.map((r) => r.address)
     },
 
-    /** Gives a lease back without progress (shutdown). */
-    async release (id: string): Promise<void> {
-      await db.update(webhooks).set({ leaseUntil: null }).where(eq(webhooks.id, id))
+    /** Seals every secret stored unsealed (once a key is configured); how many it sealed. */
+    async sealUnsealed (seal: (webhookId: string, secret: string) => string): Promise<number> {
+      const rows = await db.select({ id: webhooks.id, secret: webhooks.secret }).from(webhooks).where(sql`${webhooks.secret} NOT LIKE 'sealed:%'`)
+      for (const row of rows) {
+        await db.update(webhooks).set({ secret: seal(row.id, row.secret) }).where(and(eq(webhooks.id, row.id), eq(webhooks.secret, row.secret)))
+      }
+      return rows.length
+    },
+
+    /** Gives a lease back without progress (shutdown), if this claim still holds it. */
+    async release (webhook: WebhookRow): Promise<void> {
+      await db.update(webhooks).set({ leaseUntil: null, leaseToken: null })
+        .where(and(eq(webhooks.id, webhook.id), eq(webhooks.leaseToken, webhook.leaseToken ?? '')))
     },
 
     /** Retention: the log of events the feed no longer holds. */
     async purgeLog (): Promise<number> {
-      const gone = await db.delete(webhookDeliveries).where(sql`${webhookDeliveries.lastAttemptAt} < now() - interval '30 days'`).returning({ id: webhookDeliveries.webhookId })
+      const gone = await db.delete(webhookDeliveries)
+        .where(sql`COALESCE(${webhookDeliveries.lastAttemptAt}, ${webhookDeliveries.redeliver}) < now() - interval '30 days'`)
+        .returning({ id: webhookDeliveries.webhookId })
       return gone.length
     }
   }

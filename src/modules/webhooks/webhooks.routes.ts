@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
-import { Conflict, NotFound } from '../../errors.js'
+import { AppError, Conflict, NotFound } from '../../errors.js'
 import { newId } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
@@ -16,6 +16,8 @@ import type { WebhookDeliveryRow, WebhookRow } from './webhooks.table.js'
 
 /** Webhooks one user may have: each event of the feed is sent once to each. */
 export const MAX_WEBHOOKS_PER_USER = 10
+
+const tooMany = (address: string) => new Conflict(`${address} already has ${MAX_WEBHOOKS_PER_USER} webhooks, the most a user may have; delete one first`)
 
 export interface WebhooksRoutesOptions {
   db: Db
@@ -54,16 +56,21 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
     }
   }, async (req) => {
     const me = principalOf(req).address
+    if (!secrets.sealing && !allowPrivate) {
+      throw new AppError(503, 'UNAVAILABLE', 'Webhooks are not enabled on this server: its operator must set WEBHOOK_SECRETS_KEY, which keeps their signing secrets sealed')
+    }
     const url = parseWebhookUrl(req.body.url, allowPrivate)
+    // The cap before the DNS lookup: a user at the cap costs no resolution.
+    if ((await webhooks.list(me)).length >= MAX_WEBHOOKS_PER_USER) throw tooMany(me)
     await checkWebhookTarget(url, allowPrivate)
     const id = newId('whk')
     const secret = `whsec_${randomBytes(32).toString('base64url')}`
     if (!secrets.sealing && !warned) {
       warned = true
-      req.log.warn('webhook signing secrets are stored unsealed: set WEBHOOK_SECRETS_KEY to seal them at rest (docs/webhooks.md)')
+      req.log.warn('webhook signing secrets are stored unsealed (WEBHOOK_ALLOW_PRIVATE=true, development): set WEBHOOK_SECRETS_KEY to seal them')
     }
     const created = await webhooks.create({ id, address: me, url: url.href, events: req.body.events ?? null, secret: secrets.seal(id, secret) }, MAX_WEBHOOKS_PER_USER)
-    if (created === undefined) throw new Conflict(`${me} already has ${MAX_WEBHOOKS_PER_USER} webhooks, the most a user may have; delete one first`)
+    if (created === undefined) throw tooMany(me)
     dispatcher.watch(me)
     return { ...toWebhook(created), secret }
   })
@@ -112,10 +119,11 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
       description: 'Sent before the feed\'s next event, whatever its earlier outcome.',
       params: WebhookParams,
       body: RedeliverBody,
-      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 404) }
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 404, 409) }
     }
   }, async (req, reply) => {
     const webhook = await owned(principalOf(req).address, req.params.id)
+    if (webhook.disabledAt !== null) throw new Conflict(`webhook ${webhook.id} is disabled: its deliveries kept failing; delete it and register it again`)
     if (!await webhooks.markRedelivery(webhook, Number(req.body.event))) throw new NotFound('event', req.body.event)
     dispatcher.watch(webhook.address)
     return reply.code(204).send()

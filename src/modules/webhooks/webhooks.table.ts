@@ -24,7 +24,9 @@ export const webhooks = pgTable('webhooks', {
   nextAttemptAt: timestamptz('next_attempt_at').notNull().defaultNow(),
   // Since when the event at the head has been failing: past 24 h the webhook is disabled.
   failingSince: timestamptz('failing_since'),
-  leaseUntil: timestamptz('lease_until')
+  leaseUntil: timestamptz('lease_until'),
+  // Which claim holds the lease: a holder whose lease ran out and was taken can record nothing.
+  leaseToken: text('lease_token')
 }, (t) => [
   index('webhooks_address_idx').on(t.address),
   index('webhooks_due_idx').on(t.nextAttemptAt).where(sql`disabled_at IS NULL`)

@@ -6,6 +6,7 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { backoffMs } from '../../../src/modules/webhooks/webhook-dispatcher.js'
 import { createSecretBox } from '../../../src/modules/webhooks/webhook-secrets.js'
+import { createWebhooksRepository, LeaseLost } from '../../../src/modules/webhooks/webhooks.repository.js'
 import { build, type Caller } from '../../helper.js'
 import { startReceiver, validSignature } from '../../support/webhook-receiver.js'
 
@@ -232,4 +233,97 @@ t.test('a kept-alive connection the receiver dropped is retried on a new one, no
   t.equal(bodies.length, 5, 'each event arrived once')
   t.same(log.map((d) => d.attempts), [1, 1, 1, 1, 1], 'each on its first attempt')
   t.same(log.map((d) => d.lastError), [null, null, null, null, null])
+})
+
+t.test('a redelivery asked while the event still fails waits its turn: the event goes out in order, then once more; the webhook moves on', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  let failing = true
+  const receiver = await startReceiver(t, () => failing ? 500 : 200)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  for (let i = 0; i < 3; i++) await bob.post('/v2/message', { recipient: 'alice', body: `w${i}` })
+  await receiver.until(() => receiver.received.length >= 1)
+  const first = receiver.received[0]!.event.id
+  t.equal((await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: first })).statusCode, 204, 'asked while it fails')
+  failing = false
+  await receiver.until(() => receiver.delivered().length >= 3, 30_000)
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  const ids = receiver.delivered().map((r) => r.event.id)
+  const firsts = [...new Set(ids)]
+  t.same(firsts, [...firsts].sort((a, b) => Number(a) - Number(b)), 'first deliveries in order')
+  t.equal(firsts.length, 3, 'every event')
+  t.same(ids.filter((id) => id === first).length, 2, 'the one asked for: twice')
+  t.equal(ids.length, 4, 'the others once')
+  await bob.post('/v2/message', { recipient: 'alice', body: 'after' })
+  await receiver.until(() => receiver.delivered().length >= 4)
+  t.pass('and the webhook carries on')
+})
+
+t.test('a redelivery asked for an event the feed then loses is not retried for ever', async (t) => {
+  const { as, db } = await build(t, { env: ENV })
+  let failing = false
+  const receiver = await startReceiver(t, () => failing ? 500 : 200)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  await bob.post('/v2/message', { recipient: 'alice', body: 'soon gone' })
+  await receiver.until(() => receiver.delivered().length >= 1)
+  await logUntil(alice, hook.id, (d) => d[0]?.status === 'delivered')
+  failing = true
+  t.equal((await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: receiver.received[0]!.event.id })).statusCode, 204)
+  await receiver.until(() => receiver.received.length >= 2)
+  t.equal((await alice.delete('/v2/events')).statusCode, 204, 'alice empties her feed')
+  await db.execute(sql`UPDATE webhooks SET next_attempt_at = now() WHERE id = ${hook.id}`)
+  const count = receiver.received.length
+  // No claim finds work in it: the webhook is never leased again (before, it was claimed,
+  // found nothing, released and claimed again, without a pause).
+  const tokens = new Set<unknown>()
+  for (let i = 0; i < 20; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    tokens.add(((await db.execute(sql`SELECT lease_token FROM webhooks WHERE id = ${hook.id}`)) as unknown as { rows: { lease_token: unknown }[] }).rows[0]?.lease_token)
+  }
+  t.same([...tokens], [null], 'never claimed again')
+  t.equal(receiver.received.length, count, 'and nothing more is sent')
+})
+
+t.test('a disabled webhook cannot be asked to redeliver (409)', async (t) => {
+  const { as, db } = await build(t, { env: ENV })
+  const alice = await as('alice')
+  const hook = (await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/' })).json()
+  await db.execute(sql`UPDATE webhooks SET disabled_at = now() WHERE id = ${hook.id}`)
+  const res = await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: '1' })
+  t.equal(res.statusCode, 409)
+  t.match(res.json(), { code: 'CONFLICT', message: /is disabled/ })
+})
+
+t.test('a holder whose lease was taken records nothing', async (t) => {
+  const { as, db } = await build(t, { env: ENV })
+  const alice = await as('alice')
+  const hook = (await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/' })).json()
+  const repository = createWebhooksRepository(db)
+  const row = (await repository.get('alice', hook.id))!
+  // Held by claim "b"; the caller thinks it holds claim "a".
+  await db.execute(sql`UPDATE webhooks SET lease_token = 'b', lease_until = now() + interval '30 seconds' WHERE id = ${hook.id}`)
+  const progress = { deliveredThrough: 99, redelivered: [], nextAttemptAt: new Date(), failingSince: null }
+  const lost = await repository.record({ ...row, leaseToken: 'a' }, [{ eventId: 99, delivered: true, error: null, at: new Date() }], progress).then(() => undefined, (err: unknown) => err)
+  t.ok(lost instanceof LeaseLost, `it throws LeaseLost (${String(lost)})`)
+  const after = (await repository.get('alice', hook.id))!
+  t.equal(after.deliveredThrough, row.deliveredThrough, 'no progress recorded')
+  t.equal(after.leaseToken, 'b', 'the other claim still holds it')
+  t.same(await repository.deliveries(hook.id, 10, undefined), [], 'no log row')
+  await repository.record({ ...row, leaseToken: 'b' }, [], progress)
+  t.equal((await repository.get('alice', hook.id))!.deliveredThrough, 99, 'the holder records')
+})
+
+t.test('secrets stored before a key was set are sealed once one is', async (t) => {
+  const { as, db } = await build(t, { env: ENV })
+  const alice = await as('alice')
+  const hook = (await alice.post('/v2/webhooks', { url: 'http://127.0.0.1:9/' })).json()
+  const box = createSecretBox(randomBytes(32))
+  t.equal(await createWebhooksRepository(db).sealUnsealed((id, secret) => box.seal(id, secret)), 1)
+  const stored = (await createWebhooksRepository(db).get('alice', hook.id))!.secret
+  t.match(stored, /^sealed:v1:/)
+  t.equal(box.open(hook.id, stored), hook.secret, 'and open to the secret shown at creation')
+  t.equal(await createWebhooksRepository(db).sealUnsealed((id, secret) => box.seal(id, secret)), 0, 'sealed ones are left alone')
 })

@@ -64,8 +64,19 @@ t.test('at most 10 webhooks a user: the eleventh is a 409', async (t) => {
   t.match(answers.find((a) => a.statusCode === 409)!.json(), { code: 'CONFLICT', message: /alice already has 10 webhooks/ })
 })
 
-t.test('SSRF: without WEBHOOK_ALLOW_PRIVATE, only https to a public address', async (t) => {
+const SEALED = { WEBHOOK_SECRETS_KEY: 'ab'.repeat(32), RATE_LIMIT_PER_SECOND: '1000' }
+
+t.test('without WEBHOOK_SECRETS_KEY (and not in development) webhooks are refused with a 503 that says why', async (t) => {
   const { as } = await build(t)
+  const alice = await as('alice')
+  const res = await alice.post('/v2/webhooks', { url: 'https://93.184.215.14/hook' })
+  t.equal(res.statusCode, 503)
+  t.match(res.json(), { code: 'UNAVAILABLE', message: /operator must set WEBHOOK_SECRETS_KEY/ })
+  t.equal((await alice.get('/v2/webhooks')).json().webhooks.length, 0)
+})
+
+t.test('SSRF: without WEBHOOK_ALLOW_PRIVATE, only https to a public address', async (t) => {
+  const { as } = await build(t, { env: SEALED })
   const mallory = await as('mallory')
   const refused: [string, RegExp][] = [
     ['http://93.184.215.14/hook', /url: must be https:\/\/ \(http:\/\/ only with WEBHOOK_ALLOW_PRIVATE=true\)/],
@@ -83,6 +94,11 @@ t.test('SSRF: without WEBHOOK_ALLOW_PRIVATE, only https to a public address', as
     ['https://[fd00::1]/hook', /private/],
     ['https://[::ffff:127.0.0.1]/hook', /private/],
     ['https://[::ffff:a9fe:a9fe]/hook', /private/],
+    ['https://[::7f00:1]/hook', /private/],
+    ['https://[64:ff9b:1::a9fe:a9fe]/hook', /private/],
+    ['https://[64:ff9b::a00:1]/hook', /private/],
+    ['https://[2002:7f00:1::1]/hook', /private/],
+    ['https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook', /private/],
     ['https://localhost/hook', /localhost resolves to/],
     ['https://2130706433/hook', /private/]
   ]
