@@ -27,7 +27,7 @@ function poll (agent: Agent, url: string, key: Key, waitSeconds: number): Poll {
   return { answered, abort: () => req?.destroy() }
 }
 
-async function send (url: string, from: Key, to: string, body: string): Promise<void> {
+export async function send (url: string, from: Key, to: string, body: string): Promise<void> {
   const res = await fetch(`${url}/v2/message`, {
     method: 'POST',
     headers: { authorization: from.authorization, 'content-type': 'application/json' },
@@ -62,6 +62,29 @@ export interface WakeResult {
 }
 
 /**
+ * Sends each listener one message (20 sends at a time, from the senders in turn) and times
+ * `arrived(i)`, when listener i had it, against its send: from the send's 200 (0 when it
+ * arrived first) and from the send's start.
+ */
+export async function timeWakeUps (url: string, listeners: Key[], senders: Key[], arrived: (i: number) => Promise<number>): Promise<{ afterSend: Percentiles, fromSendStart: Percentiles }> {
+  const afterSend: number[] = []
+  const fromStart: number[] = []
+  let next = 0
+  await Promise.all(Array.from({ length: 20 }, async () => {
+    while (next < listeners.length) {
+      const i = next++
+      const started = performance.now()
+      await send(url, senders[i % senders.length]!, listeners[i]!.address, `wake ${i}`)
+      const ok = performance.now()
+      const at = await arrived(i)
+      afterSend.push(Math.max(0, at - ok))
+      fromStart.push(at - started)
+    }
+  }))
+  return { afterSend: percentiles(afterSend), fromSendStart: percentiles(fromStart) }
+}
+
+/**
  * Scenario 4: every poller waits on its own feed; then each gets one message (20 sends at a
  * time, from the senders in turn), and each poller's answer is timed against its send.
  */
@@ -70,22 +93,9 @@ export async function wakeUpLatency (url: string, databaseUrl: string, pollers: 
   const polls = pollers.map((p) => poll(agent, url, p, 30))
   await settle(3_000)
   const listenConnections = await listeners(databaseUrl)
-  const afterSend: number[] = []
-  const fromStart: number[] = []
-  let next = 0
-  await Promise.all(Array.from({ length: 20 }, async () => {
-    while (next < pollers.length) {
-      const i = next++
-      const started = performance.now()
-      await send(url, senders[i % senders.length]!, pollers[i]!.address, `wake ${i}`)
-      const ok = performance.now()
-      const answeredAt = await polls[i]!.answered
-      afterSend.push(Math.max(0, answeredAt - ok))
-      fromStart.push(answeredAt - started)
-    }
-  }))
+  const { afterSend, fromSendStart } = await timeWakeUps(url, pollers, senders, (i) => polls[i]!.answered)
   agent.destroy()
-  return { pollers: pollers.length, afterSend: percentiles(afterSend), fromSendStart: percentiles(fromStart), listenConnections }
+  return { pollers: pollers.length, afterSend, fromSendStart, listenConnections }
 }
 
 export interface MemoryResult { idlePolls: number, rssBefore: number, rssWithPolls: number, perPoll: number }

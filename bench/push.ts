@@ -3,17 +3,7 @@ import { Agent, createServer, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import pg from 'pg'
 import type { Key } from './fixtures.js'
-import { percentiles, type Percentiles } from './pollers.js'
-
-async function send (url: string, from: Key, to: string, body: string): Promise<void> {
-  const res = await fetch(`${url}/v2/message`, {
-    method: 'POST',
-    headers: { authorization: from.authorization, 'content-type': 'application/json' },
-    body: JSON.stringify({ recipient: to, body })
-  })
-  if (res.status !== 200) throw new Error(`send answered ${res.status}: ${await res.text()}`)
-  await res.arrayBuffer()
-}
+import { percentiles, send, timeWakeUps, type Percentiles } from './pollers.js'
 
 interface Stream { firstEvent: Promise<number>, close: () => void }
 
@@ -50,23 +40,10 @@ export async function streamWakeUp (url: string, listeners: Key[], senders: Key[
   const agent = new Agent({ keepAlive: true, maxSockets: Infinity })
   const streams = listeners.map((k) => openStream(agent, url, k))
   await new Promise((resolve) => setTimeout(resolve, 3_000))
-  const afterSend: number[] = []
-  const fromStart: number[] = []
-  let next = 0
-  await Promise.all(Array.from({ length: 20 }, async () => {
-    while (next < listeners.length) {
-      const i = next++
-      const started = performance.now()
-      await send(url, senders[i % senders.length]!, listeners[i]!.address, `stream ${i}`)
-      const ok = performance.now()
-      const arrived = await streams[i]!.firstEvent
-      afterSend.push(Math.max(0, arrived - ok))
-      fromStart.push(arrived - started)
-    }
-  }))
+  const { afterSend, fromSendStart } = await timeWakeUps(url, listeners, senders, (i) => streams[i]!.firstEvent)
   for (const s of streams) s.close()
   agent.destroy()
-  return { streams: listeners.length, afterSend: percentiles(afterSend), fromSendStart: percentiles(fromStart) }
+  return { streams: listeners.length, afterSend, fromSendStart }
 }
 
 export interface WebhookResult {
