@@ -72,7 +72,10 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
     })
     const heartbeat = setInterval(() => { if (open) res.write(': heartbeat\n\n') }, heartbeatMs)
     // Waits for the socket to take what was written, so a slow reader holds one page, not the feed.
+    // A connection already gone emits neither again: waiting on it would hold this loop, and its
+    // heartbeat timer, for ever (it kept a test process alive until tap's 300 s timeout).
     const drained = () => new Promise<void>((resolve) => {
+      if (!open || res.destroyed || res.writableEnded) return resolve()
       const done = () => { res.off('drain', done); res.off('close', done); resolve() }
       res.once('drain', done)
       res.once('close', done)

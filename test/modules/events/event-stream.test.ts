@@ -1,4 +1,5 @@
 import t from 'tap'
+import { request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { build } from '../../helper.js'
@@ -119,4 +120,32 @@ t.test('closing the app ends open streams promptly', async (t) => {
   await stream.done
   const took = Date.now() - started
   t.ok(took < 3_000, `stream ended and app closed ${took} ms after close()`)
+})
+
+t.test('a stream whose client leaves while a page is still being written gives its slot back', async (t) => {
+  // One stream a key: a stream that never ended would refuse every later one with 429.
+  const { app, as } = await build(t, { env: { ...ENV, MAX_LONG_POLLS_PER_KEY: '1' } })
+  const base = await listen(app)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  // Pages of 100 events of 9,000 characters: more than a socket takes at once, so writes wait on drain.
+  const setup = Date.now()
+  for (let i = 0; i < 300; i++) await alice.post('/v2/message', { recipient: 'bob', body: `${i} ${'x'.repeat(9_000)}` })
+  t.comment(`setup ${Date.now() - setup} ms`)
+  for (let round = 0; round < 10; round++) {
+    const roundStarted = Date.now()
+    let status = 0
+    for (let i = 0; i < 50 && status !== 200; i++) {
+      // Read the first bytes, then drop the connection mid-page.
+      status = await new Promise<number>((resolve, reject) => {
+        const req = request(`${base}/v2/events/stream`, { headers: { authorization: bob.authorization } }, (res) => {
+          res.once('data', () => { req.destroy(); resolve(res.statusCode ?? 0) })
+        })
+        req.on('error', reject)
+        req.end()
+      })
+      if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    t.equal(status, 200, `round ${round}: the key's one stream slot is free (${Date.now() - roundStarted} ms)`)
+  }
 })
