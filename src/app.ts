@@ -24,6 +24,7 @@ import { CHUNK_BYTES, createAttachmentStore } from './modules/messages/attachmen
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
+import { sendBatches } from './modules/messages/send-coalescer.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
 import { rosterRoutes } from './modules/roster/roster.routes.js'
 import { searchRoutes } from './modules/search/search.routes.js'
@@ -214,7 +215,9 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
       schema: { hide: true }
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
-    await v2.register(messagesRoutes, { db: database.db, maxBodyChars: config.maxBodyChars, metrics })
+    await v2.register(messagesRoutes, {
+      db: database.db, maxBodyChars: config.maxBodyChars, metrics, sendBatches: sendBatches(config.databaseUrl === undefined ? 1 : config.databasePoolSize)
+    })
     // Long-polls and event streams count against one per-key cap.
     const waitingByKey = new Map<string, number>()
     await v2.register(eventsRoutes, { db: database.db, bus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })

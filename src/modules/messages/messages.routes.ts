@@ -18,17 +18,20 @@ import {
   AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, sendMessageBody, TypingBody, TypingParams
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.js'
-import { sendMessage } from './send-message.js'
+import { createSendCoalescer } from './send-coalescer.js'
 import { startTyping, stopTyping } from './typing.js'
 
 export interface MessagesRoutesOptions {
   db: Db
   maxBodyChars: number
   metrics: Metrics
+  /** Send batches in flight at once (see createSendCoalescer). */
+  sendBatches: number
 }
 
-export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics }) => {
+export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
+  const coalescer = createSendCoalescer(db, { concurrency: sendBatches })
   const store = createAttachmentStore(db)
 
   app.post('/message', {
@@ -54,7 +57,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     if (!files.every((f) => f instanceof UploadedFile)) {
       throw new ValidationFailed('attachment: files are sent as multipart/form-data file parts')
     }
-    const result = await sendMessage(db, {
+    const result = await coalescer.send({
       principal,
       recipient: req.body.recipient,
       body: req.body.body ?? '',

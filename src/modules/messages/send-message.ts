@@ -14,10 +14,10 @@ import { createUsersRepository } from '../users/users.repository.js'
 import { idempotencyKeys } from './idempotency.table.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
+import { IDEMPOTENCY_LOCK_SEED } from './send-batch.repository.js'
 
-const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
-// Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value).
-const IDEMPOTENCY_LOCK_SEED = 0x1de
+/** How long an Idempotency-Key answers for its send. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
 
 export class IdempotencyMismatch extends AppError {
   constructor (key: string) {
@@ -44,16 +44,22 @@ export async function resolveRecipients (db: Db, sender: string, recipient: stri
     await memberGroup(groups, recipient, sender, 'share')
     return { recipient, addresses: (await groups.activeMembers(recipient)).filter((a) => a !== sender) }
   }
-  const address = recipient.toLowerCase()
-  if (!isAddress(address)) {
-    throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
-  }
+  const address = userAddress(recipient)
   if (!known) {
     const user = await createUsersRepository(db).find(address)
     if (user === undefined) throw new NotFound('user', address)
     if (user.deactivatedAt !== null) throw new RecipientDeactivated(address)
   }
   return { recipient: address, addresses: [address] }
+}
+
+/** A recipient that is not a group, as the user address it must be (lower-case), or 400. */
+export function userAddress (recipient: string): string {
+  const address = recipient.toLowerCase()
+  if (!isAddress(address)) {
+    throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
+  }
+  return address
 }
 
 export interface Delivery {
@@ -152,7 +158,7 @@ export async function deliverMessage (db: Db, d: Delivery): Promise<{ message: M
 }
 
 /** A new message's wire form (its id given here; its time is the database's), and its files. */
-function newMessage (d: Delivery, recipient: string): { message: Message, files: UploadedFile[] } {
+export function newMessage (d: Delivery, recipient: string): { message: Message, files: UploadedFile[] } {
   const message: Message = {
     id: newId('msg'),
     sender: d.sender,
@@ -181,7 +187,7 @@ export interface SendResult {
 }
 
 /** SHA-256 over what makes two sends the same send; files by their own hashes. */
-function requestHash (input: SendInput): string {
+export function requestHash (input: SendInput): string {
   return createHash('sha256').update(JSON.stringify({
     recipient: input.recipient.toLowerCase(),
     body: input.body,
@@ -199,6 +205,25 @@ export class IdempotentMessageDeleted extends AppError {
   constructor (messageId: string) {
     super(404, 'NOT_FOUND', `message ${messageId} sent with this Idempotency-Key was deleted`)
   }
+}
+
+/** The quota headers' state for a key at a moment, given its count. */
+export function quotaStateOf (principal: Principal, now: Date): (used: number) => QuotaState {
+  return (used) => ({ limit: principal.dailyQuota, used, resetAt: nextUtcMidnight(now) })
+}
+
+/**
+ * The answer to a retry with an Idempotency-Key whose send made `messageId`: that message, and
+ * the key's count, sending nothing and counting nothing.
+ */
+export async function replay (db: Db, principal: Principal, now: Date, messageId: string): Promise<SendResult> {
+  const messages = createMessagesRepository(db)
+  const row = await messages.find(messageId)
+  // Its sender deleted it: the body is erased, so there is nothing to answer with, and a
+  // new send would break the promise that a retry sends nothing new.
+  if (row === undefined) throw new IdempotentMessageDeleted(messageId)
+  const used = await createQuotaRepository(db).used(principal.keyId, utcDay(now))
+  return { message: await messages.view(row), quota: quotaStateOf(principal, now)(used), replayed: true }
 }
 
 /**
@@ -222,7 +247,7 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
   }
   const now = new Date()
   const day = utcDay(now)
-  const quotaState = (used: number): QuotaState => ({ limit: principal.dailyQuota, used, resetAt: nextUtcMidnight(now) })
+  const quotaState = quotaStateOf(principal, now)
   const quota = { keyId: principal.keyId, day, limit: principal.dailyQuota }
   const delivery: Delivery = { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files, quota }
   const send = async (tx: Db): Promise<SendResult> => {
@@ -246,13 +271,7 @@ export async function sendMessage (db: Db, input: SendInput): Promise<SendResult
     const [earlier] = await tx.select().from(idempotencyKeys).where(and(which, gt(idempotencyKeys.createdAt, window)))
     if (earlier !== undefined) {
       if (earlier.requestHash !== hash) throw new IdempotencyMismatch(key)
-      const messages = createMessagesRepository(tx)
-      const row = await messages.find(earlier.messageId)
-      // Its sender deleted it: the body is erased, so there is nothing to answer with, and a
-      // new send would break the promise that a retry sends nothing new.
-      if (row === undefined) throw new IdempotentMessageDeleted(earlier.messageId)
-      const used = await createQuotaRepository(tx).used(principal.keyId, day)
-      return { message: await messages.view(row), quota: quotaState(used), replayed: true }
+      return replay(tx, principal, now, earlier.messageId)
     }
     const sent = await send(tx)
     // An expired record is replaced; the lock keeps anyone else from writing one meanwhile.

@@ -1,0 +1,170 @@
+import { sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { queryPrepared } from '../../db/rows.js'
+import { EVENTS_CHANNEL } from '../events/events.repository.js'
+
+// Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value; the
+// single-send path in send-message.ts uses the same, so the two exclude each other).
+export const IDEMPOTENCY_LOCK_SEED = 0x1de
+
+/** One 1:1 send of a batch: a user recipient, counted against its key's day. */
+export interface BatchSend {
+  keyId: string
+  /** The key's daily quota. */
+  limit: number
+  sender: string
+  /** A user address, lower-case. */
+  recipient: string
+  messageId: string
+  body: string
+  /** The message.received event's data, `{"message": …}`, its createdAt filled in by the statement. */
+  eventData: string
+  idempotencyKey?: string | undefined
+  requestHash?: string | undefined
+  /** Whether this send holds its Idempotency-Key's advisory lock (holdIdempotencyLocks). */
+  lockHeld?: boolean
+}
+
+/** What the statement did with one send of the batch, in the batch's order. */
+export interface BatchOutcome {
+  /** The recipient is a user; with `deactivated`, one that receives nothing. */
+  found: boolean
+  deactivated: boolean
+  /** A live record of this Idempotency-Key (held sends only): the message it made, and its request's hash. */
+  earlierMessageId: string | null
+  earlierHash: string | null
+  /** Sends of this key in the batch that asked for quota together (0 when this one did not ask). */
+  keySends: number
+  /** The key's count after this send, when it was counted; null when refused or not asked. */
+  used: number | null
+  /** The message, its delivery and its event are written. Counted but not written: the recipient went away meanwhile. */
+  written: boolean
+  /** The message's time, the database's, as toISOString() writes it. */
+  createdAt: string
+}
+
+interface OutcomeRow {
+  ord: number
+  found: boolean
+  deactivated: boolean
+  earlier_id: string | null
+  earlier_hash: string | null
+  key_sends: number | null
+  used: number | null
+  written: boolean
+  created_at: string
+}
+
+/**
+ * Takes the Idempotency-Key locks of a batch's sends that carry one, without waiting (call it
+ * inside the transaction that then writes the batch): true where the lock is now held, false
+ * where a send still in flight holds it. The write is a later statement, so its snapshot sees
+ * every record committed before the lock was taken.
+ */
+export async function holdIdempotencyLocks (tx: Db, sends: BatchSend[]): Promise<boolean[]> {
+  const keyed = sends.map((s) => s.idempotencyKey === undefined ? null : `${s.keyId} ${s.idempotencyKey}`)
+  const rows = await queryPrepared<{ held: boolean | null }>(tx, sql`
+    SELECT CASE WHEN k IS NULL THEN NULL ELSE pg_try_advisory_xact_lock(hashtextextended(k, ${IDEMPOTENCY_LOCK_SEED}::bigint)) END AS held
+    FROM unnest(${sql.param(keyed)}::text[]) WITH ORDINALITY AS t(k, ord) ORDER BY ord`)
+  return rows.map((r) => r.held === true)
+}
+
+/**
+ * Writes a batch of 1:1 sends in one statement, so the batch costs one commit, one WAL flush
+ * and one NOTIFY however many sends it holds; each send keeps its own outcome. Per send, as
+ * deliverMessage does for one: a recipient that is no user, or a deactivated one, writes
+ * nothing; a held Idempotency-Key with a live record writes nothing (the caller replays or
+ * refuses); the rest ask for quota.
+ *
+ * Quota is asked per key, all or nothing: a key's n sends are counted together only if all n
+ * fit under its limit (`count + n <= limit`), the row locked by the upsert, keys in order. When
+ * they do not fit, none is counted and `keySends` tells the caller that more than one asked, so
+ * it retries them one at a time and the count stays exact; a lone send refused is over quota.
+ * Counted sends then take their recipients' feed ids, user rows locked in address order after
+ * every quota row (the same order as every other send, so sends never deadlock each other),
+ * and write the message, a delivery row, a message.received event and, with an
+ * Idempotency-Key, its record. One NOTIFY names every feed that grew; PostgreSQL delivers it at
+ * commit, once the events are visible.
+ */
+export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
+  const column = <T>(pick: (s: BatchSend) => T) => sql.param(sends.map(pick))
+  const rows = await queryPrepared<OutcomeRow>(db, sql`
+    WITH input AS (
+      SELECT * FROM unnest(${column((s) => s.keyId)}::text[], ${column((s) => s.limit)}::int[], ${column((s) => s.sender)}::text[],
+        ${column((s) => s.recipient)}::text[], ${column((s) => s.messageId)}::text[], ${column((s) => s.body)}::text[],
+        ${column((s) => s.eventData)}::text[], ${column((s) => s.idempotencyKey ?? null)}::text[],
+        ${column((s) => s.requestHash ?? null)}::text[], ${column((s) => s.lockHeld === true)}::boolean[])
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, ord)
+    ), target AS (
+      SELECT input.ord, users.deactivated_at IS NOT NULL AS deactivated FROM input JOIN users ON users.address = input.recipient
+    ), earlier AS (
+      SELECT input.ord, k.message_id, k.request_hash FROM input JOIN idempotency_keys k
+        ON k.key_id = input.key_id AND k.idempotency_key = input.idem_key AND k.created_at > ${idempotencySince}::timestamptz
+      WHERE input.held
+    ), eligible AS (
+      SELECT input.* FROM input JOIN target ON target.ord = input.ord AND NOT target.deactivated
+      WHERE (input.idem_key IS NULL OR input.held) AND NOT EXISTS (SELECT 1 FROM earlier WHERE earlier.ord = input.ord)
+    ), wanted AS (
+      SELECT key_id, count(*)::int AS n, min(lim) AS lim FROM eligible GROUP BY key_id
+    ), counted AS (
+      INSERT INTO quota_usage AS q (key_id, day, count)
+      SELECT key_id, ${day}::date, n FROM wanted WHERE n <= lim ORDER BY key_id
+      ON CONFLICT (key_id, day) DO UPDATE SET count = q.count + excluded.count
+        WHERE q.count + excluded.count <= (SELECT wanted.lim FROM wanted WHERE wanted.key_id = excluded.key_id)
+      RETURNING key_id, count
+    ), granted AS (
+      SELECT eligible.*,
+        counted.count - count(*) OVER (PARTITION BY eligible.key_id) + row_number() OVER (PARTITION BY eligible.key_id ORDER BY eligible.ord) AS used,
+        row_number() OVER (PARTITION BY eligible.recipient ORDER BY eligible.ord) AS k
+      FROM eligible JOIN counted ON counted.key_id = eligible.key_id
+    ), locked AS (
+      SELECT address FROM users WHERE address IN (SELECT recipient FROM granted) ORDER BY address FOR NO KEY UPDATE
+    ), feed AS (
+      UPDATE users SET event_seq = users.event_seq + g.n
+      FROM (SELECT recipient, count(*) AS n FROM granted GROUP BY recipient) AS g
+      WHERE users.address = g.recipient AND users.address IN (SELECT address FROM locked)
+      RETURNING users.address, users.event_seq, g.n
+    ), clock AS (
+      SELECT at, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS iso
+      FROM (SELECT date_trunc('milliseconds', now()) AS at) AS t
+    ), sent AS (
+      SELECT granted.*, feed.event_seq - feed.n + granted.k AS seq FROM granted JOIN feed ON feed.address = granted.recipient
+    ), written AS (
+      INSERT INTO messages (id, sender, recipient, body, created_at)
+      SELECT sent.id, sent.sender, sent.recipient, sent.body, clock.at FROM sent, clock
+      RETURNING id
+    ), delivered AS (
+      INSERT INTO deliveries (message_id, recipient) SELECT sent.id, sent.recipient FROM sent
+    ), appended AS (
+      INSERT INTO events (address, seq, type, data, message_id, created_at)
+      SELECT sent.recipient, sent.seq, 'message.received', jsonb_set(sent.data::jsonb, '{message,createdAt}', to_jsonb(clock.iso)), sent.id, clock.at
+      FROM sent, clock
+    ), remembered AS (
+      INSERT INTO idempotency_keys AS r (key_id, idempotency_key, request_hash, message_id)
+      SELECT sent.key_id, sent.idem_key, sent.idem_hash, sent.id FROM sent WHERE sent.idem_key IS NOT NULL
+      ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, message_id = excluded.message_id, created_at = now()
+    ), notified AS (
+      SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address)) FROM feed HAVING count(*) > 0
+    )
+    SELECT input.ord::int AS ord, target.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
+      earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
+      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies
+    FROM input
+      LEFT JOIN target ON target.ord = input.ord
+      LEFT JOIN earlier ON earlier.ord = input.ord
+      LEFT JOIN eligible ON eligible.ord = input.ord
+      LEFT JOIN wanted ON wanted.key_id = eligible.key_id
+      LEFT JOIN granted ON granted.ord = input.ord
+      LEFT JOIN written ON written.id = granted.id
+    ORDER BY input.ord`)
+  return rows.map((r) => ({
+    found: r.found,
+    deactivated: r.deactivated,
+    earlierMessageId: r.earlier_id,
+    earlierHash: r.earlier_hash,
+    keySends: r.key_sends ?? 0,
+    used: r.used,
+    written: r.written,
+    createdAt: r.created_at
+  }))
+}

@@ -1,0 +1,143 @@
+import { sql } from 'drizzle-orm'
+import t from 'tap'
+import { queryRows } from '../../../src/db/rows.js'
+import type { Principal } from '../../../src/modules/keys/authenticator.js'
+import { createSendCoalescer } from '../../../src/modules/messages/send-coalescer.js'
+import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
+import type { SendResult } from '../../../src/modules/messages/send-message.js'
+import { build, type Built } from '../../helper.js'
+
+/**
+ * Commit coalescing (issue #15): sends written together by one statement each keep their own
+ * outcome. A refusal (quota, unknown or deactivated recipient, an Idempotency-Key replay or
+ * one in flight) fails and delays no other send of the batch, and the quota stays exact.
+ */
+
+const FAST = { RATE_LIMIT_PER_SECOND: '100000' }
+
+async function principal (built: Built, address: string, dailyQuota: number): Promise<Principal> {
+  const caller = await built.as(address, { dailyQuota })
+  return { keyId: caller.keyId, address, dailyQuota, scopes: ['read', 'send'] }
+}
+
+function send (p: Principal, recipient: string, n: number, extra: Partial<BatchSend> = {}): BatchSend {
+  const messageId = `msg_batch_${p.address}_${n}`
+  const message = { id: messageId, sender: p.address, recipient, body: `#${n}`, attachments: [], createdAt: '' }
+  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: JSON.stringify({ message }), ...extra }
+}
+
+/** What each settled promise was: its status code, or 200 with the message. */
+async function outcomes (sends: Promise<SendResult>[]): Promise<(number | SendResult)[]> {
+  const settled = await Promise.allSettled(sends)
+  return settled.map((s) => s.status === 'fulfilled' ? s.value : (s.reason as { statusCode?: number }).statusCode ?? 500)
+}
+
+async function feed (built: Built, address: string): Promise<{ seq: number, body: string }[]> {
+  return queryRows<{ seq: number, body: string }>(built.db, sql`
+    SELECT e.seq::int AS seq, e.data->'message'->>'body' AS body FROM events e WHERE e.address = ${address} ORDER BY e.seq`)
+}
+
+t.test('one statement: each send of a batch gets its own outcome, and only the good ones are written', async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await principal(built, 'alice', 100)
+  const carol = await principal(built, 'carol', 0)
+  const dave = await principal(built, 'dave', 2)
+  await built.createUser('bob')
+  await built.createUser('gone')
+  await built.db.execute(sql`UPDATE users SET deactivated_at = now() WHERE address = 'gone'`)
+  const now = new Date()
+  const day = now.toISOString().slice(0, 10)
+  const since = new Date(now.getTime() - 24 * 3600_000)
+
+  const batch = [
+    send(alice, 'bob', 1),
+    send(alice, 'nobody', 2), // no such user
+    send(alice, 'gone', 3), // deactivated
+    send(carol, 'bob', 4), // quota 0: over quota
+    send(dave, 'bob', 5), send(dave, 'bob', 6), send(dave, 'bob', 7), // three of one key, two left: counted none, retried alone by the caller
+    send(alice, 'bob', 8)
+  ]
+  const out = await writeBatch(built.db, day, since, batch)
+  t.same(out.map((o) => [o.found, o.deactivated, o.written]), [
+    [true, false, true], [false, false, false], [true, true, false], [true, false, false],
+    [true, false, false], [true, false, false], [true, false, false], [true, false, true]
+  ])
+  t.same(out.map((o) => o.used), [1, null, null, null, null, null, null, 2], 'alice counted twice, in order; no one else')
+  t.same(out.map((o) => o.keySends), [2, 0, 0, 1, 3, 3, 3, 2])
+  t.equal(new Set(out.map((o) => o.createdAt)).size, 1, 'one statement, one clock')
+
+  const quota = await queryRows<{ key_id: string, count: number }>(built.db, sql`SELECT key_id, count FROM quota_usage ORDER BY count`)
+  t.same(quota.map((q) => [q.key_id, q.count]), [[alice.keyId, 2]], 'only counted sends count; a refused key has no row')
+  t.same(await feed(built, 'bob'), [{ seq: 1, body: '#1' }, { seq: 2, body: '#8' }], "bob's feed: consecutive ids, in batch order")
+  const [{ n }] = await queryRows<{ n: number }>(built.db, sql`SELECT count(*)::int AS n FROM messages`) as [{ n: number }]
+  t.equal(n, 2)
+})
+
+t.test('fired at once, sends coalesce: a key past its quota loses only what does not fit, exactly', async (t) => {
+  const built = await build(t, { env: FAST })
+  const batches: number[] = []
+  const coalescer = createSendCoalescer(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
+  const tight = await principal(built, 'tight', 5)
+  const free = await principal(built, 'free', 1000)
+  await built.createUser('bob')
+  const input = (p: Principal, recipient: string, body: string) => ({ principal: p, recipient, body, files: [] })
+
+  const sends: Promise<SendResult>[] = []
+  for (let i = 0; i < 8; i++) sends.push(coalescer.send(input(tight, 'bob', `tight ${i}`)))
+  for (let i = 0; i < 8; i++) sends.push(coalescer.send(input(free, 'bob', `free ${i}`)))
+  sends.push(coalescer.send(input(free, 'nobody', 'lost')))
+  const out = await outcomes(sends)
+
+  t.ok(batches.some((size) => size > 1), `sends were written together (batches: ${batches.join(', ')})`)
+  const tightOut = out.slice(0, 8)
+  t.equal(tightOut.filter((o) => typeof o !== 'number').length, 5, 'five of eight fit a quota of five')
+  t.same(tightOut.filter((o) => typeof o === 'number'), [429, 429, 429])
+  const used = tightOut.flatMap((o) => typeof o === 'number' ? [] : [o.quota.used]).sort((a, b) => a - b)
+  t.same(used, [1, 2, 3, 4, 5], "each counted send reports its own place in the key's day")
+  t.ok(out.slice(8, 16).every((o) => typeof o !== 'number'), "the other key's sends all went, untouched by the refusals")
+  t.equal(out[16], 404, 'an unknown recipient is 404 alone')
+
+  const bob = await feed(built, 'bob')
+  t.equal(bob.length, 13)
+  t.same(bob.map((e) => e.seq), Array.from({ length: 13 }, (_, i) => i + 1), 'no skipped or repeated event ids')
+  const [{ count }] = await queryRows<{ count: number }>(built.db, sql`SELECT count FROM quota_usage WHERE key_id = ${tight.keyId}`) as [{ count: number }]
+  t.equal(count, 5, 'the quota row says exactly what was sent')
+})
+
+t.test('over HTTP: a replay, a mismatch and a duplicate in flight share a batch with sends that go', async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await built.as('alice')
+  const erin = await built.as('erin', { dailyQuota: 0 })
+  await built.createUser('bob')
+  const first = await alice.post('/v2/message', { recipient: 'bob', body: 'once' }, { headers: { 'idempotency-key': 'k-1' } })
+  t.equal(first.statusCode, 200)
+
+  const answers = await Promise.all([
+    alice.post('/v2/message', { recipient: 'bob', body: 'once' }, { headers: { 'idempotency-key': 'k-1' } }),
+    alice.post('/v2/message', { recipient: 'bob', body: 'other' }, { headers: { 'idempotency-key': 'k-1' } }),
+    alice.post('/v2/message', { recipient: 'bob', body: 'new' }, { headers: { 'idempotency-key': 'k-2' } }),
+    alice.post('/v2/message', { recipient: 'bob', body: 'plain' }),
+    alice.post('/v2/message', { recipient: 'nobody', body: 'lost' }),
+    erin.post('/v2/message', { recipient: 'bob', body: 'no quota' })
+  ])
+  const [replayed, mismatch, fresh, plain, unknown, overQuota] = answers
+  t.equal(replayed!.statusCode, 200)
+  t.equal(replayed!.headers['idempotent-replayed'], 'true')
+  t.equal(replayed!.json().id, first.json().id, 'the replay answers the original message')
+  t.equal(mismatch!.statusCode, 422)
+  t.equal(fresh!.statusCode, 200)
+  t.not(fresh!.headers['idempotent-replayed'], 'true')
+  t.equal(plain!.statusCode, 200)
+  t.equal(unknown!.statusCode, 404)
+  t.match(unknown!.json().message, /nobody/)
+  t.equal(overQuota!.statusCode, 429)
+
+  const bodies = (await feed(built, 'bob')).map((e) => e.body).sort()
+  t.same(bodies, ['new', 'once', 'plain'], 'written once each; the replay and the refusals wrote nothing')
+  const counted = async () => (await queryRows<{ count: number }>(built.db, sql`SELECT count FROM quota_usage WHERE key_id = ${alice.keyId}`))[0]!.count
+  const before = await counted()
+  t.equal(before, 3, "alice's day counts her three written sends, not the replay or the refusals")
+  const again = await alice.post('/v2/message', { recipient: 'bob', body: 'new' }, { headers: { 'idempotency-key': 'k-2' } })
+  t.equal(again.json().id, fresh!.json().id, "a batched send's Idempotency-Key is recorded")
+  t.equal(await counted(), before, 'and its replay counts nothing')
+})
