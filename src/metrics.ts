@@ -79,6 +79,9 @@ export function createMetrics () {
   const messagesSent = new Counter('parley_messages_sent_total', 'Messages committed by POST /v2/message (not replays)')
   const refusals = new Counter('parley_refusals_total', 'Requests refused, by reason (quota, rate_limit)')
   const errors = new Counter('parley_errors_total', 'Error answers, by code')
+  // Commit coalescing: sends per batch on average is the ratio of the two rates.
+  const sendBatches = new Counter('parley_send_batches_total', 'Statements that wrote coalesced 1:1 sends (POST /v2/message)')
+  const sendsBatched = new Counter('parley_send_batched_total', 'Sends those statements carried; divided by parley_send_batches_total, the mean batch')
   const gauges: { name: string, help: string, read: GaugeRead }[] = []
 
   return {
@@ -88,6 +91,10 @@ export function createMetrics () {
     },
     messageSent (): void {
       messagesSent.inc()
+    },
+    sendBatch (size: number): void {
+      sendBatches.inc({})
+      sendsBatched.inc({}, size)
     },
     error (code: string): void {
       errors.inc({ code })
@@ -99,7 +106,7 @@ export function createMetrics () {
       gauges.push({ name, help, read })
     },
     async render (): Promise<string> {
-      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...refusals.render(), ...errors.render()]
+      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...sendBatches.render(), ...sendsBatched.render(), ...refusals.render(), ...errors.render()]
       for (const g of gauges) {
         lines.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`)
         for (const { labels, value } of g.read()) lines.push(`${g.name}${labelText(labels ?? {})} ${value}`)

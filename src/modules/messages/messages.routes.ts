@@ -31,7 +31,7 @@ export interface MessagesRoutesOptions {
 
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
-  const coalescer = createSendCoalescer(db, { concurrency: sendBatches })
+  const coalescer = createSendCoalescer(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
   const store = createAttachmentStore(db)
 
   app.post('/message', {

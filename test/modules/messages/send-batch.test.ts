@@ -140,4 +140,9 @@ t.test('over HTTP: a replay, a mismatch and a duplicate in flight share a batch 
   const again = await alice.post('/v2/message', { recipient: 'bob', body: 'new' }, { headers: { 'idempotency-key': 'k-2' } })
   t.equal(again.json().id, fresh!.json().id, "a batched send's Idempotency-Key is recorded")
   t.equal(await counted(), before, 'and its replay counts nothing')
+
+  const metrics = await built.app.inject({ method: 'GET', url: '/metrics' })
+  const value = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(metrics.body)?.[1])
+  t.ok(value('parley_send_batches_total') >= 1, 'operators see the batches written')
+  t.ok(value('parley_send_batched_total') >= value('parley_send_batches_total'), 'and how many sends they carried')
 })
