@@ -5,11 +5,11 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 
 /**
- * The SQL of one 1:1 JSON send as the service runs it (deliverMessage in src/modules/messages/
- * send-message.ts: one statement, no transaction; check with log_statement = 'all'): client i
- * sends as sender<i> to receiver<i>, as the HTTP scenario's connection i does.
- * This is the physical limit the service is measured against: the same round trips and the
- * same writes, with no HTTP, JSON, validation or Node in between.
+ * The SQL of one send written alone (deliverMessage in src/modules/messages/send-message.ts: one
+ * statement, one commit; sends with files still run it): client i sends as sender<i> to
+ * receiver<i>, as the HTTP scenario's connection i does. This is the limit of one commit per
+ * send, with no HTTP, JSON, validation or Node in between. 1:1 sends without files are now
+ * coalesced (send-batch.repository.ts: many sends, one commit), so the service can pass it.
  */
 export const SEND_TRANSACTION = String.raw`
 \set mid random(1, 9223372036854775807)

@@ -1,5 +1,6 @@
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared } from '../../db/rows.js'
 import { EVENTS_CHANNEL } from '../events/events.repository.js'
 
@@ -19,6 +20,8 @@ export interface BatchSend {
   body: string
   /** The message.received event's data, `{"message": …}`, its createdAt filled in by the statement. */
   eventData: string
+  /** Its attachments, numbered from 1 in this order. */
+  files: UploadedFile[]
   idempotencyKey?: string | undefined
   requestHash?: string | undefined
   /** Whether this send holds its Idempotency-Key's advisory lock (holdIdempotencyLocks). */
@@ -88,6 +91,30 @@ export async function holdIdempotencyLocks (tx: Db, sends: BatchSend[]): Promise
  */
 export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
   const column = <T>(pick: (s: BatchSend) => T) => sql.param(sends.map(pick))
+  const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
+  const fileColumn = <T>(pick: (f: typeof files[number]) => T) => sql.param(files.map(pick))
+  // A batch with files writes them in the same statement (a shape of its own, prepared apart):
+  // each file's row; a small file's one chunk, which came whole with the request (an empty file
+  // has none); a larger file's chunks, already staged, claimed for its message, so a refused send
+  // claims nothing and they are deleted after.
+  const withFiles: SQL = files.length === 0
+    ? sql``
+    : sql`, files_in AS (
+      SELECT * FROM unnest(${fileColumn((f) => f.ord)}::int[], ${fileColumn((f) => f.n)}::int[], ${fileColumn((f) => f.file.filename)}::text[],
+        ${fileColumn((f) => f.file.contentType)}::text[], ${fileColumn((f) => f.file.size)}::int[], ${fileColumn((f) => f.file.sha256)}::text[],
+        ${fileColumn((f) => f.file.uploadId)}::text[], ${fileColumn((f) => f.file.bytes !== undefined && f.file.bytes.length > 0 ? f.file.bytes : null)}::bytea[],
+        ${fileColumn((f) => f.file.staged)}::boolean[])
+        AS f(ord, n, filename, content_type, size, sha256, upload_id, data, staged)
+    ), filed AS (
+      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, upload_id)
+      SELECT sent.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.upload_id FROM files_in f JOIN sent ON sent.ord = f.ord
+    ), inline_chunks AS (
+      INSERT INTO attachment_chunks (upload_id, seq, message_id, data)
+      SELECT f.upload_id, 0, sent.id, f.data FROM files_in f JOIN sent ON sent.ord = f.ord WHERE f.data IS NOT NULL
+    ), claimed AS (
+      UPDATE attachment_chunks SET message_id = sent.id FROM files_in f JOIN sent ON sent.ord = f.ord
+      WHERE f.staged AND attachment_chunks.upload_id = f.upload_id AND attachment_chunks.message_id IS NULL
+    )`
   const rows = await queryPrepared<OutcomeRow>(db, sql`
     WITH input AS (
       SELECT * FROM unnest(${column((s) => s.keyId)}::text[], ${column((s) => s.limit)}::int[], ${column((s) => s.sender)}::text[],
@@ -96,10 +123,14 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
         ${column((s) => s.requestHash ?? null)}::text[], ${column((s) => s.lockHeld === true)}::boolean[])
         WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, ord)
     ), target AS (
-      SELECT input.ord, users.deactivated_at IS NOT NULL AS deactivated FROM input JOIN users ON users.address = input.recipient
+      -- Each look-up by its key (LIMIT 1 keeps the planner from turning it into a join): the
+      -- generic plan guesses ten input rows and would otherwise read every user to hash them.
+      SELECT input.ord, u.deactivated_at IS NOT NULL AS deactivated FROM input
+        CROSS JOIN LATERAL (SELECT deactivated_at FROM users WHERE users.address = input.recipient LIMIT 1) AS u
     ), earlier AS (
-      SELECT input.ord, k.message_id, k.request_hash FROM input JOIN idempotency_keys k
-        ON k.key_id = input.key_id AND k.idempotency_key = input.idem_key AND k.created_at > ${idempotencySince}::timestamptz
+      SELECT input.ord, k.message_id, k.request_hash FROM input
+        CROSS JOIN LATERAL (SELECT message_id, request_hash FROM idempotency_keys
+          WHERE key_id = input.key_id AND idempotency_key = input.idem_key AND created_at > ${idempotencySince}::timestamptz LIMIT 1) AS k
       WHERE input.held
     ), eligible AS (
       SELECT input.* FROM input JOIN target ON target.ord = input.ord AND NOT target.deactivated
@@ -143,7 +174,7 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       INSERT INTO idempotency_keys AS r (key_id, idempotency_key, request_hash, message_id)
       SELECT sent.key_id, sent.idem_key, sent.idem_hash, sent.id FROM sent WHERE sent.idem_key IS NOT NULL
       ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, message_id = excluded.message_id, created_at = now()
-    ), notified AS (
+    )${withFiles}, notified AS (
       SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address)) FROM feed HAVING count(*) > 0
     )
     SELECT input.ord::int AS ord, target.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,

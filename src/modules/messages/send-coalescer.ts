@@ -39,13 +39,13 @@ interface Pending {
 }
 
 /**
- * Commit coalescing for POST /message. A 1:1 send without files waits for a free batch slot;
+ * Commit coalescing for POST /message. A 1:1 send (with or without files) waits for a free batch slot;
  * sends that arrive while `concurrency` batches are in flight queue up and are written together
  * by the next one, in one statement (writeBatch): one commit, one WAL flush and one NOTIFY for
  * them all, each request still answered only after that commit, each with its own outcome. Under
  * light load a send finds a slot free and goes at once, alone, so coalescing adds no wait.
  *
- * A send to a group or with files takes sendMessage's own path. A batch whose statement fails
+ * A send to a group takes sendMessage's own path (a transaction holding the group shared). A batch whose statement fails
  * (a sender deleted meanwhile, a serialization error) is written again one send at a time, so
  * one send's failure fails no other.
  */
@@ -146,13 +146,13 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
   }
 
   return {
-    /** POST /message's send: coalesced when it is 1:1 without files, else sendMessage's own path. */
+    /** POST /message's send: coalesced when it is 1:1, else sendMessage's own path. */
     async send (input: SendInput): Promise<SendResult> {
-      if (isGroupId(input.recipient) || input.files.length > 0) return sendMessage(db, input)
-      if (input.body === '') throw new ValidationFailed('body: must not be empty unless the message has an attachment')
+      if (isGroupId(input.recipient)) return sendMessage(db, input)
+      if (input.body === '' && input.files.length === 0) throw new ValidationFailed('body: must not be empty unless the message has an attachment')
       const recipient = userAddress(input.recipient)
       const { principal } = input
-      const { message } = newMessage({ sender: principal.address, recipient, body: input.body, files: [] }, recipient)
+      const { message } = newMessage({ sender: principal.address, recipient, body: input.body, files: input.files }, recipient)
       const send: BatchSend = {
         keyId: principal.keyId,
         limit: principal.dailyQuota,
@@ -161,6 +161,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         messageId: message.id,
         body: input.body,
         eventData: JSON.stringify({ message }),
+        files: input.files,
         idempotencyKey: input.idempotencyKey,
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)
       }

@@ -23,7 +23,7 @@ async function principal (built: Built, address: string, dailyQuota: number): Pr
 function send (p: Principal, recipient: string, n: number, extra: Partial<BatchSend> = {}): BatchSend {
   const messageId = `msg_batch_${p.address}_${n}`
   const message = { id: messageId, sender: p.address, recipient, body: `#${n}`, attachments: [], createdAt: '' }
-  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: JSON.stringify({ message }), ...extra }
+  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: JSON.stringify({ message }), files: [], ...extra }
 }
 
 /** What each settled promise was: its status code, or 200 with the message. */
@@ -102,6 +102,43 @@ t.test('fired at once, sends coalesce: a key past its quota loses only what does
   t.same(bob.map((e) => e.seq), Array.from({ length: 13 }, (_, i) => i + 1), 'no skipped or repeated event ids')
   const [{ count }] = await queryRows<{ count: number }>(built.db, sql`SELECT count FROM quota_usage WHERE key_id = ${tight.keyId}`) as [{ count: number }]
   t.equal(count, 5, 'the quota row says exactly what was sent')
+})
+
+t.test('files ride in the batch: small ones whole, large ones claimed from staging, every byte read back', async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await built.as('alice')
+  await built.createUser('bob')
+  const small = Buffer.alloc(10 * 1024, 7)
+  const large = Buffer.from(Array.from({ length: 300 * 1024 }, (_, i) => i % 251))
+  const form = (body: string, files: [string, Buffer][]) => {
+    const f = new FormData()
+    f.append('recipient', 'bob')
+    f.append('body', body)
+    for (const [name, bytes] of files) f.append('attachment', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
+    return f
+  }
+  const lost = form('lost', [['c.png', small]])
+  lost.set('recipient', 'nobody')
+  const answers = await Promise.all([
+    alice.post('/v2/message', form('small', [['a.png', small]])),
+    alice.post('/v2/message', { recipient: 'bob', body: 'plain' }),
+    alice.post('/v2/message', form('large and empty', [['b.png', large], ['empty.png', Buffer.alloc(0)]])),
+    alice.post('/v2/message', lost),
+    alice.post('/v2/message', { recipient: 'bob', body: 'plain again' })
+  ])
+  t.same(answers.map((a) => a.statusCode), [200, 200, 200, 404, 200])
+  const metrics = await built.app.inject({ method: 'GET', url: '/metrics' })
+  t.equal(Number(/^parley_send_batched_total (\d+)$/m.exec(metrics.body)?.[1]), 5, 'every send, files or not, went through the batch path')
+
+  const read = async (id: string, n: number) => (await alice.get(`/v2/message/${id}/attachment/${n}`)).rawPayload
+  const [first, , third] = answers.map((a) => a.json())
+  t.same(first.attachments, [{ index: 1, filename: 'a.png', contentType: 'image/png', size: small.length }])
+  t.ok((await read(first.id, 1)).equals(small), 'the small file, whole')
+  t.same(third.attachments.map((a: { size: number }) => a.size), [large.length, 0])
+  t.ok((await read(third.id, 1)).equals(large), 'the staged file, every chunk claimed')
+  t.equal((await read(third.id, 2)).length, 0, 'the empty file')
+  const [{ n }] = await queryRows<{ n: number }>(built.db, sql`SELECT count(*)::int AS n FROM attachment_chunks WHERE message_id IS NULL`) as [{ n: number }]
+  t.equal(n, 0, "the refused send's file is not left behind")
 })
 
 t.test('over HTTP: a replay, a mismatch and a duplicate in flight share a batch with sends that go', async (t) => {
