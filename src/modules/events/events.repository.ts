@@ -6,7 +6,7 @@ import { events, type EventRow } from './events.table.js'
 /** The NOTIFY channel: its payload is a comma-separated list of addresses whose feeds grew. */
 export const EVENTS_CHANNEL = 'parley_events'
 // NOTIFY payloads stop at 8000 bytes; addresses are at most 64 characters.
-const ADDRESSES_PER_NOTIFY = 100
+export const ADDRESSES_PER_NOTIFY = 100
 
 /** Every type of event a feed holds (API.md §4 and §9). */
 export const EVENT_TYPES = [

@@ -2,20 +2,22 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared } from '../../db/rows.js'
-import { EVENTS_CHANNEL } from '../events/events.repository.js'
+import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL } from '../events/events.repository.js'
 
 // Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value; the
-// single-send path in send-message.ts uses the same, so the two exclude each other).
-export const IDEMPOTENCY_LOCK_SEED = 0x1de
+// one used before coalescing, so instances of both versions exclude each other during an upgrade).
+const IDEMPOTENCY_LOCK_SEED = 0x1de
 
-/** One 1:1 send of a batch: a user recipient, counted against its key's day. */
+/** One send of a batch, to a user or a group, counted against its key's day. */
 export interface BatchSend {
   keyId: string
   /** The key's daily quota. */
   limit: number
   sender: string
-  /** A user address, lower-case. */
+  /** A user address, lower-case, or a group id (with `toGroup`). */
   recipient: string
+  /** To every other member of the group `recipient`, who must hold it shared (holdGroups). */
+  toGroup: boolean
   messageId: string
   body: string
   /** The message.received event's data, `{"message": …}`, its createdAt filled in by the statement. */
@@ -30,9 +32,11 @@ export interface BatchSend {
 
 /** What the statement did with one send of the batch, in the batch's order. */
 export interface BatchOutcome {
-  /** The recipient is a user; with `deactivated`, one that receives nothing. */
+  /** The recipient is a user (with `deactivated`, one that receives nothing), or a group. */
   found: boolean
   deactivated: boolean
+  /** To a group: the sender is one of its members (only members may send to it). */
+  member: boolean
   /** A live record of this Idempotency-Key (held sends only): the message it made, and its request's hash. */
   earlierMessageId: string | null
   earlierHash: string | null
@@ -50,6 +54,7 @@ interface OutcomeRow {
   ord: number
   found: boolean
   deactivated: boolean
+  member: boolean
   earlier_id: string | null
   earlier_hash: string | null
   key_sends: number | null
@@ -73,7 +78,17 @@ export async function holdIdempotencyLocks (tx: Db, sends: BatchSend[]): Promise
 }
 
 /**
- * Writes a batch of 1:1 sends in one statement, so the batch costs one commit, one WAL flush
+ * Holds the groups a batch sends to shared, in id order, until the transaction ends (call it
+ * before writeBatch in the same transaction): membership changes take a group exclusively, so
+ * the members writeBatch reads, with the fresh snapshot of a later statement, are the members
+ * when it commits, and no message reaches a member removed meanwhile.
+ */
+export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
+  await queryPrepared(tx, sql`SELECT id FROM groups WHERE id = ANY(${sql.param([...new Set(ids)])}::text[]) ORDER BY id FOR SHARE`)
+}
+
+/**
+ * Writes a batch of sends in one statement, so the batch costs one commit, one WAL flush
  * and one NOTIFY however many sends it holds; each send keeps its own outcome. Per send, as
  * deliverMessage does for one: a recipient that is no user, or a deactivated one, writes
  * nothing; a held Idempotency-Key with a live record writes nothing (the caller replays or
@@ -83,11 +98,13 @@ export async function holdIdempotencyLocks (tx: Db, sends: BatchSend[]): Promise
  * fit under its limit (`count + n <= limit`), the row locked by the upsert, keys in order. When
  * they do not fit, none is counted and `keySends` tells the caller that more than one asked, so
  * it retries them one at a time and the count stays exact; a lone send refused is over quota.
- * Counted sends then take their recipients' feed ids, user rows locked in address order after
- * every quota row (the same order as every other send, so sends never deadlock each other),
- * and write the message, a delivery row, a message.received event and, with an
- * Idempotency-Key, its record. One NOTIFY names every feed that grew; PostgreSQL delivers it at
- * commit, once the events are visible.
+ * A send to a group goes to each of its active members but the sender, and only if the sender
+ * is a member. Counted sends then take their recipients' feed ids (a recipient of several sends
+ * gets consecutive ids in batch order), user rows locked in address order after every quota row
+ * (the same order as every other send, so sends never deadlock each other), and write the
+ * message, a delivery row and a message.received event per recipient and, with an
+ * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
+ * delivers them at commit, once the events are visible.
  */
 export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
   const column = <T>(pick: (s: BatchSend) => T) => sql.param(sends.map(pick))
@@ -120,21 +137,28 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       SELECT * FROM unnest(${column((s) => s.keyId)}::text[], ${column((s) => s.limit)}::int[], ${column((s) => s.sender)}::text[],
         ${column((s) => s.recipient)}::text[], ${column((s) => s.messageId)}::text[], ${column((s) => s.body)}::text[],
         ${column((s) => s.eventData)}::text[], ${column((s) => s.idempotencyKey ?? null)}::text[],
-        ${column((s) => s.requestHash ?? null)}::text[], ${column((s) => s.lockHeld === true)}::boolean[])
-        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, ord)
+        ${column((s) => s.requestHash ?? null)}::text[], ${column((s) => s.lockHeld === true)}::boolean[], ${column((s) => s.toGroup)}::boolean[])
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, to_group, ord)
     ), target AS (
       -- Each look-up by its key (LIMIT 1 keeps the planner from turning it into a join): the
       -- generic plan guesses ten input rows and would otherwise read every user to hash them.
       SELECT input.ord, u.deactivated_at IS NOT NULL AS deactivated FROM input
         CROSS JOIN LATERAL (SELECT deactivated_at FROM users WHERE users.address = input.recipient LIMIT 1) AS u
+      WHERE NOT input.to_group
+    ), grouped AS (
+      SELECT input.ord, EXISTS (SELECT 1 FROM group_members m WHERE m.group_id = input.recipient AND m.address = input.sender) AS member
+      FROM input CROSS JOIN LATERAL (SELECT 1 FROM groups WHERE groups.id = input.recipient LIMIT 1) AS g
+      WHERE input.to_group
     ), earlier AS (
       SELECT input.ord, k.message_id, k.request_hash FROM input
         CROSS JOIN LATERAL (SELECT message_id, request_hash FROM idempotency_keys
           WHERE key_id = input.key_id AND idempotency_key = input.idem_key AND created_at > ${idempotencySince}::timestamptz LIMIT 1) AS k
       WHERE input.held
     ), eligible AS (
-      SELECT input.* FROM input JOIN target ON target.ord = input.ord AND NOT target.deactivated
-      WHERE (input.idem_key IS NULL OR input.held) AND NOT EXISTS (SELECT 1 FROM earlier WHERE earlier.ord = input.ord)
+      SELECT input.* FROM input
+      WHERE (EXISTS (SELECT 1 FROM target WHERE target.ord = input.ord AND NOT target.deactivated)
+          OR EXISTS (SELECT 1 FROM grouped WHERE grouped.ord = input.ord AND grouped.member))
+        AND (input.idem_key IS NULL OR input.held) AND NOT EXISTS (SELECT 1 FROM earlier WHERE earlier.ord = input.ord)
     ), wanted AS (
       SELECT key_id, count(*)::int AS n, min(lim) AS lim FROM eligible GROUP BY key_id
     ), counted AS (
@@ -145,43 +169,58 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       RETURNING key_id, count
     ), granted AS (
       SELECT eligible.*,
-        counted.count - count(*) OVER (PARTITION BY eligible.key_id) + row_number() OVER (PARTITION BY eligible.key_id ORDER BY eligible.ord) AS used,
-        row_number() OVER (PARTITION BY eligible.recipient ORDER BY eligible.ord) AS k
+        counted.count - count(*) OVER (PARTITION BY eligible.key_id) + row_number() OVER (PARTITION BY eligible.key_id ORDER BY eligible.ord) AS used
       FROM eligible JOIN counted ON counted.key_id = eligible.key_id
+    ), fanout AS (
+      SELECT granted.ord, granted.recipient AS address FROM granted WHERE NOT granted.to_group
+      UNION ALL
+      SELECT granted.ord, m.address FROM granted JOIN group_members m ON m.group_id = granted.recipient
+        JOIN users u ON u.address = m.address AND u.deactivated_at IS NULL
+      WHERE granted.to_group AND m.address <> granted.sender
     ), locked AS (
-      SELECT address FROM users WHERE address IN (SELECT recipient FROM granted) ORDER BY address FOR NO KEY UPDATE
+      SELECT address FROM users WHERE address IN (SELECT address FROM fanout) ORDER BY address FOR NO KEY UPDATE
     ), feed AS (
       UPDATE users SET event_seq = users.event_seq + g.n
-      FROM (SELECT recipient, count(*) AS n FROM granted GROUP BY recipient) AS g
-      WHERE users.address = g.recipient AND users.address IN (SELECT address FROM locked)
+      FROM (SELECT address, count(*) AS n FROM fanout GROUP BY address) AS g
+      WHERE users.address = g.address AND users.address IN (SELECT address FROM locked)
       RETURNING users.address, users.event_seq, g.n
     ), clock AS (
       SELECT at, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS iso
       FROM (SELECT date_trunc('milliseconds', now()) AS at) AS t
     ), sent AS (
-      SELECT granted.*, feed.event_seq - feed.n + granted.k AS seq FROM granted JOIN feed ON feed.address = granted.recipient
+      -- A send to a user is written only if its feed was taken (the user is still there); to a
+      -- group, always, even when no other member receives it.
+      SELECT granted.* FROM granted
+      WHERE granted.to_group OR EXISTS (SELECT 1 FROM feed WHERE feed.address = granted.recipient)
+    ), delivering AS (
+      SELECT f.ord, f.address, feed.event_seq - feed.n + row_number() OVER (PARTITION BY f.address ORDER BY f.ord) AS seq
+      FROM fanout f JOIN feed ON feed.address = f.address
     ), written AS (
       INSERT INTO messages (id, sender, recipient, body, created_at)
       SELECT sent.id, sent.sender, sent.recipient, sent.body, clock.at FROM sent, clock
       RETURNING id
     ), delivered AS (
-      INSERT INTO deliveries (message_id, recipient) SELECT sent.id, sent.recipient FROM sent
+      INSERT INTO deliveries (message_id, recipient) SELECT sent.id, d.address FROM delivering d JOIN sent ON sent.ord = d.ord
     ), appended AS (
       INSERT INTO events (address, seq, type, data, message_id, created_at)
-      SELECT sent.recipient, sent.seq, 'message.received', jsonb_set(sent.data::jsonb, '{message,createdAt}', to_jsonb(clock.iso)), sent.id, clock.at
-      FROM sent, clock
+      SELECT d.address, d.seq, 'message.received', jsonb_set(sent.data::jsonb, '{message,createdAt}', to_jsonb(clock.iso)), sent.id, clock.at
+      FROM delivering d JOIN sent ON sent.ord = d.ord, clock
     ), remembered AS (
       INSERT INTO idempotency_keys AS r (key_id, idempotency_key, request_hash, message_id)
       SELECT sent.key_id, sent.idem_key, sent.idem_hash, sent.id FROM sent WHERE sent.idem_key IS NOT NULL
       ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, message_id = excluded.message_id, created_at = now()
     )${withFiles}, notified AS (
-      SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address)) FROM feed HAVING count(*) > 0
+      SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address))
+      FROM (SELECT address, (row_number() OVER (ORDER BY address) - 1) / ${ADDRESSES_PER_NOTIFY}::int AS part FROM feed) AS t
+      GROUP BY part
     )
-    SELECT input.ord::int AS ord, target.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
+    SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
+      coalesce(grouped.member, false) AS member,
       earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
       written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies
     FROM input
       LEFT JOIN target ON target.ord = input.ord
+      LEFT JOIN grouped ON grouped.ord = input.ord
       LEFT JOIN earlier ON earlier.ord = input.ord
       LEFT JOIN eligible ON eligible.ord = input.ord
       LEFT JOIN wanted ON wanted.key_id = eligible.key_id
@@ -191,6 +230,7 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
   return rows.map((r) => ({
     found: r.found,
     deactivated: r.deactivated,
+    member: r.member,
     earlierMessageId: r.earlier_id,
     earlierHash: r.earlier_hash,
     keySends: r.key_sends ?? 0,

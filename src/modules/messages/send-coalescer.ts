@@ -1,31 +1,38 @@
 import type { Db } from '../../db/client.js'
-import { NotFound, ValidationFailed } from '../../errors.js'
+import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
-import { writeBatch, holdIdempotencyLocks, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
+import { holdGroups, holdIdempotencyLocks, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
 import type { Message } from './messages.schemas.js'
 import {
   IDEMPOTENCY_WINDOW_MS, IdempotencyInProgress, IdempotencyMismatch, newMessage, quotaStateOf, RecipientDeactivated, replay,
-  requestHash, sendMessage, userAddress, type SendInput, type SendResult
+  requestHash, userAddress, type SendInput, type SendResult
 } from './send-message.js'
 
-/** Sends written by one statement at most; their NOTIFY payload (addresses of ≤ 64 characters) stays under 8000 bytes. */
+/** Sends to users written by one statement at most. */
 export const MAX_BATCH = 64
+/**
+ * Sends to groups written by one statement at most: each fans out to up to MAX_GROUP_MEMBERS
+ * rows, so their batches are smaller, and they have lanes of their own, so a send to one user
+ * never waits behind a large group's fan-out.
+ */
+export const MAX_GROUP_BATCH = 16
 
 /**
- * Send batches in flight at once for a pool of `poolSize` connections. Two, measured: one in
- * flight did as well on two cores (the next batch is sent while the last one's replies are
- * written), more only made batches smaller; and with two, one batch waiting on a row lock
- * (a user row held by a group change) does not hold every other key's sends behind it.
+ * Send batches in flight at once for a pool of `poolSize` connections, per kind (users, groups).
+ * Two, measured: one in flight did as well on two cores (the next batch is sent while the last
+ * one's replies are written), more only made batches smaller; and with two, one batch waiting on
+ * a row lock (a user row held by a group change) does not hold every other key's sends behind it.
  */
 export function sendBatches (poolSize: number): number {
   return Math.max(1, Math.min(2, poolSize))
 }
 
 export interface SendCoalescerOptions {
-  /** Batches in flight at once, each on its own connection (PGlite has one: 1). */
+  /** Batches in flight at once per kind, each on its own connection (PGlite has one: 1). */
   concurrency: number
   maxBatch?: number
+  maxGroupBatch?: number
   /** Called with the size of every batch written (metrics). */
   onBatch?: (size: number) => void
 }
@@ -39,59 +46,78 @@ interface Pending {
 }
 
 /**
- * Commit coalescing for POST /message. A 1:1 send (with or without files) waits for a free batch slot;
- * sends that arrive while `concurrency` batches are in flight queue up and are written together
- * by the next one, in one statement (writeBatch): one commit, one WAL flush and one NOTIFY for
- * them all, each request still answered only after that commit, each with its own outcome. Under
- * light load a send finds a slot free and goes at once, alone, so coalescing adds no wait.
+ * Commit coalescing for POST /message. A send waits for a free batch slot; sends that arrive
+ * while `concurrency` batches are in flight queue up and are written together by the next one,
+ * in one statement (writeBatch): one commit, one WAL flush and one round of NOTIFY for them all,
+ * each request still answered only after that commit, each with its own outcome. Under light
+ * load a send finds a slot free and goes at once, alone, so coalescing adds no wait.
  *
- * A send to a group takes sendMessage's own path (a transaction holding the group shared). A batch whose statement fails
- * (a sender deleted meanwhile, a serialization error) is written again one send at a time, so
- * one send's failure fails no other.
+ * A batch with sends to groups (or with Idempotency-Keys) is a transaction: the groups are held
+ * shared (and the keys' locks taken) by a statement before the write, so the write's snapshot
+ * sees the membership and the records as they stand under those locks. An Idempotency-Key's
+ * lock (per API key and Idempotency-Key, on every instance) is only tried: a duplicate of a send
+ * still in flight is answered 409 at once, never waiting on the first send's locks nor writing
+ * a copy. The holder finds a live record and answers the original message (replay), or 422 when
+ * the fields differ, or 404 when its sender deleted that message; with no record it sends and
+ * records the key in the same statement. A batch whose statement
+ * fails (a sender deleted meanwhile, a serialization error) is written again one send at a
+ * time, so one send's failure fails no other.
  */
 export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
-  const maxBatch = Math.min(options.maxBatch ?? MAX_BATCH, MAX_BATCH)
-  const queue: Pending[] = []
-  let running = 0
+  const toUsers = lanes(Math.min(options.maxBatch ?? MAX_BATCH, MAX_BATCH))
+  const toGroups = lanes(Math.min(options.maxGroupBatch ?? MAX_GROUP_BATCH, MAX_GROUP_BATCH))
 
-  function pump (): void {
-    while (running < options.concurrency && queue.length > 0) {
-      const batch = takeBatch()
-      running++
-      options.onBatch?.(batch.length)
-      let freed = false
-      // The slot is freed as soon as the batch's statement has answered, before its requests
-      // are answered, so the next batch is in PostgreSQL while this one's replies are written.
-      const free = (): void => {
-        if (freed) return
-        freed = true
-        running--
+  /** A queue and its batches in flight. */
+  function lanes (maxBatch: number) {
+    const queue: Pending[] = []
+    let running = 0
+
+    function pump (): void {
+      while (running < options.concurrency && queue.length > 0) {
+        const batch = takeBatch()
+        running++
+        options.onBatch?.(batch.length)
+        let freed = false
+        // The slot is freed as soon as the batch's statement has answered, before its requests
+        // are answered, so the next batch is in PostgreSQL while this one's replies are written.
+        const free = (): void => {
+          if (freed) return
+          freed = true
+          running--
+          pump()
+        }
+        write(batch, free).finally(free)
+      }
+    }
+
+    /**
+     * The next batch, oldest first: up to maxBatch sends, and one send per Idempotency-Key (two
+     * retries of one key in one statement would both take its lock, which is re-entrant); a
+     * second waits for the next batch, which finds the first one's record.
+     */
+    function takeBatch (): Pending[] {
+      const batch: Pending[] = []
+      const keys = new Set<string>()
+      for (let i = 0; i < queue.length && batch.length < maxBatch;) {
+        const p = queue[i]!
+        const idem = p.send.idempotencyKey === undefined ? undefined : `${p.send.keyId} ${p.send.idempotencyKey}`
+        if (idem !== undefined && keys.has(idem)) {
+          i++
+          continue
+        }
+        if (idem !== undefined) keys.add(idem)
+        batch.push(p)
+        queue.splice(i, 1)
+      }
+      return batch
+    }
+
+    return {
+      add (p: Pending): void {
+        queue.push(p)
         pump()
       }
-      write(batch, free).finally(free)
     }
-  }
-
-  /**
-   * The next batch, oldest first: up to maxBatch sends, and one send per Idempotency-Key (two
-   * retries of one key in one statement would both take its lock, which is re-entrant); a second
-   * waits for the next batch, which finds the first one's record.
-   */
-  function takeBatch (): Pending[] {
-    const batch: Pending[] = []
-    const keys = new Set<string>()
-    for (let i = 0; i < queue.length && batch.length < maxBatch;) {
-      const p = queue[i]!
-      const idem = p.send.idempotencyKey === undefined ? undefined : `${p.send.keyId} ${p.send.idempotencyKey}`
-      if (idem !== undefined && keys.has(idem)) {
-        i++
-        continue
-      }
-      if (idem !== undefined) keys.add(idem)
-      batch.push(p)
-      queue.splice(i, 1)
-    }
-    return batch
   }
 
   async function write (batch: Pending[], written: () => void = () => {}): Promise<void> {
@@ -99,12 +125,17 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     const day = utcDay(now)
     const since = new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)
     const sends = batch.map((p) => p.send)
+    const groups = sends.filter((s) => s.toGroup).map((s) => s.recipient)
+    const keyed = sends.some((s) => s.idempotencyKey !== undefined)
     let outcomes: BatchOutcome[]
     try {
-      outcomes = sends.some((s) => s.idempotencyKey !== undefined)
+      outcomes = keyed || groups.length > 0
         ? await db.transaction(async (tx) => {
-          const held = await holdIdempotencyLocks(tx, sends)
-          sends.forEach((s, i) => { s.lockHeld = held[i] })
+          if (keyed) {
+            const held = await holdIdempotencyLocks(tx, sends)
+            sends.forEach((s, i) => { s.lockHeld = held[i] })
+          }
+          if (groups.length > 0) await holdGroups(tx, groups)
           return writeBatch(tx, day, since, sends)
         })
         : await writeBatch(db, day, since, sends)
@@ -122,7 +153,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     batch.forEach((p, i) => {
       const outcome = outcomes[i]!
       // Counted together with other sends of its key, the lot did not fit: each asks alone.
-      if (outcome.used === null && outcome.keySends > 1 && outcome.found && !outcome.deactivated) alone.push(p)
+      if (outcome.used === null && outcome.keySends > 1) alone.push(p)
       else settle(p, outcome, now)
     })
     for (const p of alone) await write([p])
@@ -137,7 +168,8 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       replay(db, input.principal, now, o.earlierMessageId).then(p.resolve, p.reject)
       return
     }
-    if (!o.found) return p.reject(new NotFound('user', send.recipient))
+    if (!o.found) return p.reject(new NotFound(send.toGroup ? 'group' : 'user', send.recipient))
+    if (send.toGroup && !o.member) return p.reject(new Forbidden(`group ${send.recipient} is visible to its members only`))
     if (o.deactivated) return p.reject(new RecipientDeactivated(send.recipient))
     if (o.used === null) return p.reject(new QuotaExceeded(quotaState(input.principal.dailyQuota)))
     // Counted, but its user was deleted between the look-up and the write.
@@ -146,11 +178,11 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
   }
 
   return {
-    /** POST /message's send: coalesced when it is 1:1, else sendMessage's own path. */
+    /** POST /message's send, coalesced with the others in flight. */
     async send (input: SendInput): Promise<SendResult> {
-      if (isGroupId(input.recipient)) return sendMessage(db, input)
       if (input.body === '' && input.files.length === 0) throw new ValidationFailed('body: must not be empty unless the message has an attachment')
-      const recipient = userAddress(input.recipient)
+      const toGroup = isGroupId(input.recipient)
+      const recipient = toGroup ? input.recipient : userAddress(input.recipient)
       const { principal } = input
       const { message } = newMessage({ sender: principal.address, recipient, body: input.body, files: input.files }, recipient)
       const send: BatchSend = {
@@ -158,6 +190,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         limit: principal.dailyQuota,
         sender: principal.address,
         recipient,
+        toGroup,
         messageId: message.id,
         body: input.body,
         eventData: JSON.stringify({ message }),
@@ -166,8 +199,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)
       }
       return new Promise<SendResult>((resolve, reject) => {
-        queue.push({ input, send, message, resolve, reject })
-        pump()
+        (toGroup ? toGroups : toUsers).add({ input, send, message, resolve, reject })
       })
     }
   }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
-import { and, eq, gt, sql, type SQL } from 'drizzle-orm'
-import { queryPrepared, queryRows } from '../../db/rows.js'
+import { sql, type SQL } from 'drizzle-orm'
+import { queryPrepared } from '../../db/rows.js'
 import type { Db } from '../../db/client.js'
 import { AppError, Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId } from '../../ids.js'
@@ -9,12 +9,10 @@ import { notifyCalls } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { memberGroup } from '../groups/groups.service.js'
 import type { Principal } from '../keys/authenticator.js'
-import { createQuotaRepository, nextUtcMidnight, QuotaExceeded, utcDay, type QuotaState } from '../quota/quota.repository.js'
+import { createQuotaRepository, nextUtcMidnight, utcDay, type QuotaState } from '../quota/quota.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
-import { idempotencyKeys } from './idempotency.table.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
-import { IDEMPOTENCY_LOCK_SEED } from './send-batch.repository.js'
 
 /** How long an Idempotency-Key answers for its send. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
@@ -224,63 +222,4 @@ export async function replay (db: Db, principal: Principal, now: Date, messageId
   if (row === undefined) throw new IdempotentMessageDeleted(messageId)
   const used = await createQuotaRepository(db).used(principal.keyId, utcDay(now))
   return { message: await messages.view(row), quota: quotaStateOf(principal, now)(used), replayed: true }
-}
-
-/**
- * POST /message: one transaction holds the message, its deliveries and events, the
- * Idempotency-Key record and the day's quota count, so a send is either all there (and
- * answered 200 after commit) or not at all.
- *
- * With an Idempotency-Key the transaction first tries a transaction-scoped advisory lock on
- * (API key, Idempotency-Key), before any write or any other lock: a duplicate of a send still
- * in flight (on any instance) does not get it and is answered 409 at once, never waiting on
- * the first send's locks (the quota row) nor writing a copy of its own. The holder then looks
- * the key up: a live record answers the original (replay), a record with other fields 422,
- * a record whose message its sender deleted 404; no record: it sends and records the key,
- * and the lock goes with the commit, by which time the record is visible. (PGlite has one
- * connection, so its transactions run one after another and the lock is always free.)
- */
-export async function sendMessage (db: Db, input: SendInput): Promise<SendResult> {
-  const { principal } = input
-  if (input.body === '' && input.files.length === 0) {
-    throw new ValidationFailed('body: must not be empty unless the message has an attachment')
-  }
-  const now = new Date()
-  const day = utcDay(now)
-  const quotaState = quotaStateOf(principal, now)
-  const quota = { keyId: principal.keyId, day, limit: principal.dailyQuota }
-  const delivery: Delivery = { sender: principal.address, recipient: input.recipient, body: input.body, files: input.files, quota }
-  const send = async (tx: Db): Promise<SendResult> => {
-    const { message, used } = await deliverMessage(tx, delivery)
-    if (used === null) throw new QuotaExceeded(quotaState(principal.dailyQuota))
-    return { message, quota: quotaState(used), replayed: false }
-  }
-
-  const key = input.idempotencyKey
-  if (key === undefined) {
-    // A message to a user is one atomic statement: no transaction.
-    return isGroupId(input.recipient) ? db.transaction(send) : send(db)
-  }
-  const hash = requestHash(input)
-  return db.transaction(async (tx) => {
-    const [lock] = await queryRows<{ held: boolean }>(tx, sql`
-      SELECT pg_try_advisory_xact_lock(hashtextextended(${principal.keyId}::text || ' ' || ${key}::text, ${IDEMPOTENCY_LOCK_SEED}::bigint)) AS held`)
-    if (lock?.held !== true) throw new IdempotencyInProgress(key)
-    const window = new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)
-    const which = and(eq(idempotencyKeys.keyId, principal.keyId), eq(idempotencyKeys.idempotencyKey, key))
-    const [earlier] = await tx.select().from(idempotencyKeys).where(and(which, gt(idempotencyKeys.createdAt, window)))
-    if (earlier !== undefined) {
-      if (earlier.requestHash !== hash) throw new IdempotencyMismatch(key)
-      return replay(tx, principal, now, earlier.messageId)
-    }
-    const sent = await send(tx)
-    // An expired record is replaced; the lock keeps anyone else from writing one meanwhile.
-    await tx.insert(idempotencyKeys)
-      .values({ keyId: principal.keyId, idempotencyKey: key, requestHash: hash, messageId: sent.message.id })
-      .onConflictDoUpdate({
-        target: [idempotencyKeys.keyId, idempotencyKeys.idempotencyKey],
-        set: { requestHash: hash, messageId: sent.message.id, createdAt: sql`now()` }
-      })
-    return sent
-  })
 }

@@ -23,7 +23,7 @@ async function principal (built: Built, address: string, dailyQuota: number): Pr
 function send (p: Principal, recipient: string, n: number, extra: Partial<BatchSend> = {}): BatchSend {
   const messageId = `msg_batch_${p.address}_${n}`
   const message = { id: messageId, sender: p.address, recipient, body: `#${n}`, attachments: [], createdAt: '' }
-  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: JSON.stringify({ message }), files: [], ...extra }
+  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: JSON.stringify({ message }), files: [], toGroup: false, ...extra }
 }
 
 /** What each settled promise was: its status code, or 200 with the message. */
@@ -32,9 +32,16 @@ async function outcomes (sends: Promise<SendResult>[]): Promise<(number | SendRe
   return settled.map((s) => s.status === 'fulfilled' ? s.value : (s.reason as { statusCode?: number }).statusCode ?? 500)
 }
 
+/** A feed's message events: id and body. */
 async function feed (built: Built, address: string): Promise<{ seq: number, body: string }[]> {
   return queryRows<{ seq: number, body: string }>(built.db, sql`
-    SELECT e.seq::int AS seq, e.data->'message'->>'body' AS body FROM events e WHERE e.address = ${address} ORDER BY e.seq`)
+    SELECT e.seq::int AS seq, e.data->'message'->>'body' AS body FROM events e
+    WHERE e.address = ${address} AND e.type = 'message.received' ORDER BY e.seq`)
+}
+
+/** Every event id of a feed, in order. */
+async function ids (built: Built, address: string): Promise<number[]> {
+  return (await queryRows<{ seq: number }>(built.db, sql`SELECT seq::int AS seq FROM events WHERE address = ${address} ORDER BY seq`)).map((r) => r.seq)
 }
 
 t.test('one statement: each send of a batch gets its own outcome, and only the good ones are written', async (t) => {
@@ -102,6 +109,48 @@ t.test('fired at once, sends coalesce: a key past its quota loses only what does
   t.same(bob.map((e) => e.seq), Array.from({ length: 13 }, (_, i) => i + 1), 'no skipped or repeated event ids')
   const [{ count }] = await queryRows<{ count: number }>(built.db, sql`SELECT count FROM quota_usage WHERE key_id = ${tight.keyId}`) as [{ count: number }]
   t.equal(count, 5, 'the quota row says exactly what was sent')
+})
+
+t.test('group sends coalesce: each member gets consecutive feed ids, non-members and unknown groups refuse alone', async (t) => {
+  const built = await build(t, { env: FAST })
+  const batches: number[] = []
+  const coalescer = createSendCoalescer(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
+  const alice = await built.as('alice')
+  const mallory = await principal(built, 'mallory', 100)
+  await built.createUser('bob')
+  await built.createUser('carol')
+  await built.createUser('dan')
+  const created = await alice.post('/v2/group', { name: 'team', members: ['alice', 'bob', 'carol', 'dan'] })
+  t.equal(created.statusCode, 200)
+  const group = created.json().id as string
+  await built.db.execute(sql`UPDATE users SET deactivated_at = now() WHERE address = 'dan'`)
+  const sender = { keyId: alice.keyId, address: 'alice', dailyQuota: 1000, scopes: ['read', 'send'] } as Principal
+  const input = (p: Principal, recipient: string, body: string) => ({ principal: p, recipient, body, files: [] })
+
+  const sends: Promise<SendResult>[] = []
+  for (let i = 0; i < 6; i++) sends.push(coalescer.send(input(sender, group, `to the team ${i}`)))
+  sends.push(coalescer.send(input(mallory, group, 'let me in')))
+  sends.push(coalescer.send(input(sender, 'grp_00000000000000000000000000', 'nowhere')))
+  sends.push(coalescer.send(input(sender, 'bob', 'just bob')))
+  const out = await outcomes(sends)
+
+  t.ok(batches.some((size) => size > 1), `group sends were written together (batches: ${batches.join(', ')})`)
+  t.ok(out.slice(0, 6).every((o) => typeof o !== 'number'), 'every member send went')
+  t.same(out.slice(6, 8), [403, 404], 'a non-member and an unknown group refuse alone')
+  t.not(typeof out[8], 'number', 'the 1:1 send went too')
+  const bob = await feed(built, 'bob')
+  t.equal(bob.length, 7)
+  const bobIds = await ids(built, 'bob')
+  t.same(bobIds, Array.from({ length: bobIds.length }, (_, i) => i + 1), "bob's feed: no skipped or repeated ids")
+  t.same(bob.filter((e) => e.body.startsWith('to the team')).map((e) => e.body), Array.from({ length: 6 }, (_, i) => `to the team ${i}`), 'in send order')
+  t.equal((await feed(built, 'carol')).length, 6)
+  const carolIds = await ids(built, 'carol')
+  t.same(carolIds, Array.from({ length: carolIds.length }, (_, i) => i + 1))
+  t.same(await feed(built, 'dan'), [], 'a deactivated member receives nothing')
+  t.same(await feed(built, 'alice'), [], 'nor does the sender')
+  const [{ n }] = await queryRows<{ n: number }>(built.db, sql`
+    SELECT count(*)::int AS n FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE m.recipient = ${group}`) as [{ n: number }]
+  t.equal(n, 12, 'a delivery row per member and message')
 })
 
 t.test('files ride in the batch: small ones whole, large ones claimed from staging, every byte read back', async (t) => {
