@@ -1,6 +1,7 @@
 /**
  * Where a send's CPU goes (issue #15): `parley serve` under --cpu-prof while 50 connections
- * send 1:1 JSON messages for BENCH_SECONDS (10), each connection as its own sender. Prints
+ * send 1:1 JSON messages (PROFILE_BODY=multipart: with a 10 KiB image) for BENCH_SECONDS (10),
+ * each connection as its own sender. Prints
  * requests/s and the functions with the most self time; the .cpuprofile stays in PROFILE_DIR
  * (default /tmp/parley-profile) for Chrome's DevTools. `npm run bench:profile`.
  */
@@ -13,6 +14,9 @@ const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
 const DIR = process.env.PROFILE_DIR ?? '/tmp/parley-profile'
 const CONNECTIONS = 50
+// PROFILE_BODY=multipart: sends with a 10 KiB image (scenario 2) instead of JSON.
+const MULTIPART = process.env.PROFILE_BODY === 'multipart'
+const IMAGE = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(10 * 1024 - 8, 1)])
 
 interface Profile {
   nodes: { id: number, callFrame: { functionName: string, url: string, lineNumber: number } }[]
@@ -47,8 +51,18 @@ try {
       duration: SECONDS,
       setupClient: (c) => {
         const i = client++ % CONNECTIONS
-        c.setHeadersAndBody({ authorization: f.senders[i]!.authorization, 'content-type': 'application/json' },
-          JSON.stringify({ recipient: f.receivers[i]!.address, body: 'hello from the profiler' }))
+        if (MULTIPART) {
+          const boundary = 'parleyProfileBoundary'
+          const field = (name: string, value: string) => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`
+          c.setHeadersAndBody({ authorization: f.senders[i]!.authorization, 'content-type': `multipart/form-data; boundary=${boundary}` }, Buffer.concat([
+            Buffer.from(field('recipient', f.receivers[i]!.address) + field('body', 'a picture') +
+              `--${boundary}\r\nContent-Disposition: form-data; name="attachment"; filename="p.png"\r\nContent-Type: image/png\r\n\r\n`),
+            IMAGE, Buffer.from(`\r\n--${boundary}--\r\n`)
+          ]) as unknown as string)
+        } else {
+          c.setHeadersAndBody({ authorization: f.senders[i]!.authorization, 'content-type': 'application/json' },
+            JSON.stringify({ recipient: f.receivers[i]!.address, body: 'hello from the profiler' }))
+        }
       }
     })
     console.log(`${result.requests.average} sends/s, p99 ${result.latency.p99} ms, non-2xx ${result.non2xx}`)
