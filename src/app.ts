@@ -208,15 +208,17 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(async (v2) => {
     await v2.register(authPlugin, { authenticator, failuresPerSecond: config.rateLimitPerSecond })
     await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis })
-    // PGlite is one connection: its requests take turns however many keys there are.
-    await v2.register(admissionPlugin, { poolSize: config.databaseUrl === undefined ? 1 : config.databasePoolSize, metrics })
+    // PGlite is one connection: its requests take turns however many keys there are. Asked of
+    // the database itself, not of DATABASE_URL: tests hand the app a database they opened.
+    const poolSize = database.driver === 'pglite' ? 1 : config.databasePoolSize
+    await v2.register(admissionPlugin, { poolSize, metrics })
     v2.get('/openapi.json', {
       config: { public: true },
       schema: { hide: true }
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, {
-      db: database.db, maxBodyChars: config.maxBodyChars, metrics, sendBatches: sendBatches(config.databaseUrl === undefined ? 1 : config.databasePoolSize)
+      db: database.db, maxBodyChars: config.maxBodyChars, metrics, sendBatches: sendBatches(poolSize)
     })
     // Long-polls and event streams count against one per-key cap.
     const waitingByKey = new Map<string, number>()

@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm'
+import pg from 'pg'
 import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
@@ -6,6 +7,7 @@ import { createSendCoalescer } from '../../../src/modules/messages/send-coalesce
 import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
 import type { SendResult } from '../../../src/modules/messages/send-message.js'
 import { build, type Built } from '../../helper.js'
+import { usingPostgres } from '../../support/databases.js'
 
 /**
  * Commit coalescing (issue #15): sends written together by one statement each keep their own
@@ -231,4 +233,29 @@ t.test('over HTTP: a replay, a mismatch and a duplicate in flight share a batch 
   const value = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(metrics.body)?.[1])
   t.ok(value('parley_send_batches_total') >= 1, 'operators see the batches written')
   t.ok(value('parley_send_batched_total') >= value('parley_send_batches_total'), 'and how many sends they carried')
+})
+
+t.test('a batch waiting on a row lock does not hold other keys\' sends behind it', { skip: usingPostgres() ? false : 'holding a row needs a second connection: PostgreSQL only' }, async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await built.as('alice')
+  const erin = await built.as('erin')
+  await built.createUser('bob')
+  await built.createUser('carol')
+  // Another transaction holds bob's user row (his feed's counter), as a long group change would.
+  const hold = new pg.Client({ connectionString: built.url })
+  await hold.connect()
+  t.teardown(() => hold.end())
+  await hold.query('BEGIN')
+  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+
+  const stuck = alice.post('/v2/message', { recipient: 'bob', body: 'waits for the lock' })
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  const started = performance.now()
+  const other = await erin.post('/v2/message', { recipient: 'carol', body: 'goes past' })
+  const ms = performance.now() - started
+  t.equal(other.statusCode, 200)
+  t.ok(ms < 1_000, `the other key's send answered in ${ms.toFixed(0)} ms while the first batch waited`)
+
+  await hold.query('ROLLBACK')
+  t.equal((await stuck).statusCode, 200, 'and the waiting send goes once the row is free')
 })
