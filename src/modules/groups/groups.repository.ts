@@ -26,7 +26,7 @@ export function toGroup (row: GroupRow, members: string[]): Group {
 }
 
 /** The first key of a group's advisory lock (the second is a hash of its id). */
-const GROUP_LOCK_CLASS = 0x67727020
+export const GROUP_LOCK_CLASS = 0x67727020
 
 export function createGroupsRepository (db: Db) {
   return {

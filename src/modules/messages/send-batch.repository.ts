@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared } from '../../db/rows.js'
 import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL } from '../events/events.repository.js'
+import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
 
 // Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value; the
 // one used before coalescing, so instances of both versions exclude each other during an upgrade).
@@ -100,7 +101,12 @@ function fileBytes (files: UploadedFile[]): SQL {
  * when it commits, and no message reaches a member removed meanwhile.
  */
 export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
-  await queryPrepared(tx, sql`SELECT id FROM groups WHERE id = ANY(${sql.param([...new Set(ids)])}::text[]) ORDER BY id FOR SHARE`)
+  const sorted = sql.param([...new Set(ids)].sort())
+  // The advisory lock first, as every holder of a group does (groups.repository.ts find): row
+  // share locks alone join each other without queueing, so steady sends would starve a change.
+  await queryPrepared(tx, sql`
+    SELECT pg_advisory_xact_lock_shared(${GROUP_LOCK_CLASS}, hashtext(id)) FROM unnest(${sorted}::text[]) WITH ORDINALITY AS g(id, n) ORDER BY n`)
+  await queryPrepared(tx, sql`SELECT id FROM groups WHERE id = ANY(${sorted}::text[]) ORDER BY id FOR SHARE`)
 }
 
 /**
@@ -194,6 +200,9 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
         JOIN users u ON u.address = m.address AND u.deactivated_at IS NULL
       WHERE granted.to_group AND m.address <> granted.sender
     ), locked AS (
+      -- After every quota row: granted's window functions sort all of eligible JOIN counted, so
+      -- counted has run to completion (its rows locked) before fanout yields a row. Keep a
+      -- window (or another full read of counted) in granted, or sends may deadlock each other.
       SELECT address FROM users WHERE address IN (SELECT address FROM fanout) ORDER BY address FOR NO KEY UPDATE
     ), feed AS (
       UPDATE users SET event_seq = users.event_seq + g.n

@@ -1,4 +1,5 @@
 import type { Db } from '../../db/client.js'
+import { isDatabaseUnavailable } from '../../db/errors.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
@@ -111,21 +112,25 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     }
 
     /**
-     * The next batch, oldest first: up to maxBatch sends, and one send per Idempotency-Key (two
-     * retries of one key in one statement would both take its lock, which is re-entrant); a
-     * second waits for the next batch, which finds the first one's record.
+     * The next batch, oldest first: up to maxBatch sends. A send with an Idempotency-Key goes
+     * only in a batch with no other send of its API key: its quota is then asked alone and never
+     * retried in a later transaction, after its lock was let go (a retry with other fields could
+     * take the key meanwhile). The others wait for the next batch.
      */
     function takeBatch (): Pending[] {
       const batch: Pending[] = []
-      const keys = new Set<string>()
+      const apiKeys = new Set<string>()
+      const keyed = new Set<string>()
       for (let i = 0; i < queue.length && batch.length < maxBatch;) {
         const p = queue[i]!
-        const idem = p.send.idempotencyKey === undefined ? undefined : `${p.send.keyId} ${p.send.idempotencyKey}`
-        if (idem !== undefined && keys.has(idem)) {
+        const apiKey = p.send.keyId
+        const hasKey = p.send.idempotencyKey !== undefined
+        if (keyed.has(apiKey) || (hasKey && apiKeys.has(apiKey))) {
           i++
           continue
         }
-        if (idem !== undefined) keys.add(idem)
+        apiKeys.add(apiKey)
+        if (hasKey) keyed.add(apiKey)
         batch.push(p)
         queue.splice(i, 1)
       }
@@ -161,8 +166,10 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         : await writeBatch(db, day, since, sends)
     } catch (err) {
       written()
-      if (batch.length === 1) {
-        batch[0]!.reject(err)
+      // The database away or the pool exhausted is no one send's fault: all are answered at
+      // once (503), not retried one by one behind the same wait.
+      if (batch.length === 1 || isDatabaseUnavailable(err)) {
+        for (const p of batch) p.reject(err)
         return
       }
       for (const p of batch) await write([p])

@@ -113,6 +113,22 @@ t.test('fired at once, sends coalesce: a key past its quota loses only what does
   t.equal(count, 5, 'the quota row says exactly what was sent')
 })
 
+t.test('a send with an Idempotency-Key never shares a batch with its own key\'s other sends', async (t) => {
+  // Its quota is then asked alone, never in an all-or-nothing group that would be retried in a
+  // later transaction, after its Idempotency-Key lock was let go.
+  const built = await build(t, { env: FAST })
+  const batches: number[] = []
+  const coalescer = createSendCoalescer(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
+  const tight = await principal(built, 'tight', 2)
+  await built.createUser('bob')
+  const input = (body: string, idempotencyKey?: string) => ({ principal: tight, recipient: 'bob', body, files: [], idempotencyKey })
+  const out = await outcomes([coalescer.send(input('a')), coalescer.send(input('b')), coalescer.send(input('c', 'k-1'))])
+  t.same(batches, [1, 1, 1], 'the keyed send waited for a batch of its own')
+  t.same(out.map((o) => typeof o === 'number' ? o : 200), [200, 200, 429], 'a quota of two: the third send is refused, exactly')
+  const [{ n }] = await queryRows<{ n: number }>(built.db, sql`SELECT count(*)::int AS n FROM idempotency_keys`) as [{ n: number }]
+  t.equal(n, 0, 'a refused send records no Idempotency-Key')
+})
+
 t.test('group sends coalesce: each member gets consecutive feed ids, non-members and unknown groups refuse alone', async (t) => {
   const built = await build(t, { env: FAST })
   const batches: number[] = []
