@@ -11,13 +11,13 @@ import {
 } from './send-message.js'
 
 /** Sends to users written by one statement at most. */
-export const MAX_BATCH = 64
+const MAX_BATCH = 64
 /**
  * Sends to groups written by one statement at most: each fans out to up to MAX_GROUP_MEMBERS
  * rows, so their batches are smaller, and they have lanes of their own, so a send to one user
  * never waits behind a large group's fan-out.
  */
-export const MAX_GROUP_BATCH = 16
+const MAX_GROUP_BATCH = 16
 
 /**
  * Send batches in flight at once for a pool of `poolSize` connections, per kind (users, groups):
@@ -42,8 +42,6 @@ const SECOND_BATCH_AFTER_MS = 20
 export interface SendCoalescerOptions {
   /** Batches in flight at once per kind, each on its own connection (PGlite has one: 1). */
   concurrency: number
-  maxBatch?: number
-  maxGroupBatch?: number
   /** Called with the size of every batch written (metrics). */
   onBatch?: (size: number) => void
 }
@@ -75,8 +73,8 @@ interface Pending {
  * time, so one send's failure fails no other.
  */
 export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
-  const toUsers = lanes(Math.min(options.maxBatch ?? MAX_BATCH, MAX_BATCH))
-  const toGroups = lanes(Math.min(options.maxGroupBatch ?? MAX_GROUP_BATCH, MAX_GROUP_BATCH))
+  const toUsers = lanes(MAX_BATCH)
+  const toGroups = lanes(MAX_GROUP_BATCH)
 
   /** A queue and its batches in flight. */
   function lanes (maxBatch: number) {
