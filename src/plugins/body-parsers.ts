@@ -123,6 +123,9 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
       req.log.warn({ err: loggableError(err) }, 'could not delete unclaimed upload chunks; retention sweeps them')
     })
   }
+  // onRequestAbort fires only while the body is still being read (Fastify checks req.aborted on
+  // the request's close): a client hanging up after its body was parsed, its send queued for a
+  // batch, cannot discard chunks that send is about to claim (send-batch test pins this).
   app.addHook('onResponse', discardUnclaimed)
   app.addHook('onRequestAbort', discardUnclaimed)
 

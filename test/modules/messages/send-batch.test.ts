@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm'
+import http from 'node:http'
 import pg from 'pg'
 import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
@@ -276,4 +277,54 @@ t.test('a batch waiting on a row lock does not hold other keys\' sends behind it
 
   await hold.query('ROLLBACK')
   t.equal((await stuck).statusCode, 200, 'and the waiting send goes once the row is free')
+})
+
+t.test('a client that hangs up while its send waits in the queue still gets a whole message', { skip: usingPostgres() ? false : 'holding a row needs a second connection: PostgreSQL only' }, async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await built.as('alice')
+  await built.createUser('bob')
+  const hold = new pg.Client({ connectionString: built.url })
+  await hold.connect()
+  t.teardown(() => hold.end())
+  await hold.query('BEGIN')
+  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+
+  // A staged attachment (larger than what a request may keep in memory), sent over a real
+  // socket that the client closes once the body is out and its send waits on bob's row.
+  const large = Buffer.from(Array.from({ length: 300 * 1024 }, (_, i) => (i * 7) % 253))
+  const form = new FormData()
+  form.append('recipient', 'bob')
+  form.append('body', 'hung up')
+  form.append('attachment', new Blob([new Uint8Array(large)], { type: 'image/png' }), 'big.png')
+  const encoded = new Response(form)
+  const payload = Buffer.from(await encoded.arrayBuffer())
+  const address = await built.app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = new URL(address)
+  const req = http.request({
+    host: '127.0.0.1',
+    port: Number(port),
+    method: 'POST',
+    path: '/v2/message',
+    headers: { authorization: alice.authorization, 'content-type': encoded.headers.get('content-type')!, 'content-length': payload.length }
+  })
+  req.on('error', () => {})
+  req.end(payload)
+  // The send's statement waits on bob's row: the body is read and the send is in its batch.
+  const waiting = async () => (await hold.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rowCount! > 0
+  for (let i = 0; i < 250 && !await waiting(); i++) await new Promise((resolve) => setTimeout(resolve, 20))
+  t.ok(await waiting(), 'the send waits on the held row')
+  req.destroy()
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  await hold.query('ROLLBACK')
+
+  let message: { id: string, attachments: { size: number }[] } | undefined
+  for (let i = 0; i < 100 && message === undefined; i++) {
+    const rows = await queryRows<{ message: { id: string, attachments: { size: number }[] } }>(built.db, sql`
+      SELECT data->'message' AS message FROM events WHERE address = 'bob' AND type = 'message.received'`)
+    message = rows[0]?.message
+    if (message === undefined) await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  t.ok(message !== undefined, 'the send was written after the client left')
+  const bytes = (await alice.get(`/v2/message/${message!.id}/attachment/1`)).rawPayload
+  t.ok(bytes.equals(large), 'and its attachment reads back whole: the hang-up discarded nothing it claimed')
 })
