@@ -49,6 +49,8 @@ export interface BatchOutcome {
   written: boolean
   /** The message's time, the database's, as toISOString() writes it. */
   createdAt: string
+  /** Recipients it was written to: 1 to a user, the other active members of a group. */
+  fanOut: number
 }
 
 interface OutcomeRow {
@@ -62,6 +64,7 @@ interface OutcomeRow {
   used: number | null
   written: boolean
   created_at: string
+  fan_out: number | null
 }
 
 /**
@@ -243,7 +246,8 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
     SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
       coalesce(grouped.member, false) AS member,
       earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
-      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies
+      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies,
+      fanned.n AS fan_out
     FROM input
       LEFT JOIN target ON target.ord = input.ord
       LEFT JOIN grouped ON grouped.ord = input.ord
@@ -252,6 +256,7 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       LEFT JOIN wanted ON wanted.key_id = eligible.key_id
       LEFT JOIN granted ON granted.ord = input.ord
       LEFT JOIN written ON written.id = granted.id
+      LEFT JOIN (SELECT ord, count(*)::int AS n FROM fanout GROUP BY ord) AS fanned ON fanned.ord = input.ord AND written.id IS NOT NULL
     ORDER BY input.ord`)
   return rows.map((r) => ({
     found: r.found,
@@ -262,6 +267,7 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
     keySends: r.key_sends ?? 0,
     used: r.used,
     written: r.written,
-    createdAt: r.created_at
+    createdAt: r.created_at,
+    fanOut: r.fan_out ?? 0
   }))
 }

@@ -20,6 +20,19 @@ const MAX_BATCH = 64
 const MAX_GROUP_BATCH = 16
 
 /**
+ * A group send reaching this many members or more (or to a group whose size this process has
+ * not seen yet) goes to the large groups' lane: one batch at a time, of at most
+ * LARGE_BATCH_ROWS recipients (one send always goes, however large). Without it one key sending
+ * to a 1,000-member group, four at a time as admission lets it, filled both batches of the
+ * group lane with 1,000-row fan-outs, and another key's send to a group of three waited behind
+ * them (p99 428 ms; see test/operations/noisy-neighbour.test.ts).
+ */
+const LARGE_FAN_OUT = 100
+const LARGE_BATCH_ROWS = 2_000
+/** Group sizes remembered, the most recently sent to kept. */
+const GROUP_SIZES_KEPT = 10_000
+
+/**
  * Send batches in flight at once for a pool of `poolSize` connections, per kind (users, groups):
  * two at most, the second only while it pays (see SECOND_BATCH_QUEUE). More only made batches
  * smaller on two cores.
@@ -73,18 +86,24 @@ interface Pending {
  * time, so one send's failure fails no other.
  */
 export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
-  const toUsers = lanes(MAX_BATCH)
-  const toGroups = lanes(MAX_GROUP_BATCH)
+  const toUsers = lanes(MAX_BATCH, options.concurrency)
+  const toGroups = lanes(MAX_GROUP_BATCH, options.concurrency)
+  const toLargeGroups = lanes(MAX_GROUP_BATCH, 1, LARGE_BATCH_ROWS)
+  // Recipients each group's last send reached: which lane its next send takes.
+  const groupSizes = new Map<string, number>()
 
-  /** A queue and its batches in flight. */
-  function lanes (maxBatch: number) {
+  /**
+   * A queue and its batches in flight. With a row budget, a batch takes sends while their known
+   * fan-outs fit (a group not yet seen counts as the whole budget), the first one always.
+   */
+  function lanes (maxBatch: number, concurrency: number, rowBudget = Infinity) {
     const queue: Pending[] = []
     // When each batch in flight started.
     const inFlight = new Set<number>()
     let recheck: NodeJS.Timeout | undefined
 
     function pump (): void {
-      while (inFlight.size < options.concurrency && queue.length > 0) {
+      while (inFlight.size < concurrency && queue.length > 0) {
         if (inFlight.size > 0 && queue.length < SECOND_BATCH_QUEUE) {
           const waited = performance.now() - Math.min(...inFlight)
           if (waited < SECOND_BATCH_AFTER_MS) {
@@ -119,14 +138,17 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       const batch: Pending[] = []
       const apiKeys = new Set<string>()
       const keyed = new Set<string>()
+      let rows = 0
       for (let i = 0; i < queue.length && batch.length < maxBatch;) {
         const p = queue[i]!
         const apiKey = p.send.keyId
         const hasKey = p.send.idempotencyKey !== undefined
-        if (keyed.has(apiKey) || (hasKey && apiKeys.has(apiKey))) {
+        const cost = rowBudget === Infinity ? 0 : groupSizes.get(p.send.recipient) ?? rowBudget
+        if (keyed.has(apiKey) || (hasKey && apiKeys.has(apiKey)) || (batch.length > 0 && rows + cost > rowBudget)) {
           i++
           continue
         }
+        rows += cost
         apiKeys.add(apiKey)
         if (hasKey) keyed.add(apiKey)
         batch.push(p)
@@ -177,11 +199,25 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     const alone: Pending[] = []
     batch.forEach((p, i) => {
       const outcome = outcomes[i]!
+      if (p.send.toGroup && outcome.written) remember(p.send.recipient, outcome.fanOut)
       // Counted together with other sends of its key, the lot did not fit: each asks alone.
       if (outcome.used === null && outcome.keySends > 1) alone.push(p)
       else settle(p, outcome, now)
     })
     for (const p of alone) await write([p])
+  }
+
+  function remember (group: string, size: number): void {
+    groupSizes.delete(group)
+    groupSizes.set(group, size)
+    if (groupSizes.size > GROUP_SIZES_KEPT) groupSizes.delete(groupSizes.keys().next().value!)
+  }
+
+  /** A send's lane: to a user; to a group known to be small; to a large or unseen group. */
+  function laneOf (send: BatchSend) {
+    if (!send.toGroup) return toUsers
+    const size = groupSizes.get(send.recipient)
+    return size !== undefined && size < LARGE_FAN_OUT ? toGroups : toLargeGroups
   }
 
   function settle (p: Pending, o: BatchOutcome, now: Date): void {
@@ -224,7 +260,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)
       }
       return new Promise<SendResult>((resolve, reject) => {
-        (toGroup ? toGroups : toUsers).add({ input, send, message, resolve, reject })
+        laneOf(send).add({ input, send, message, resolve, reject })
       })
     }
   }
