@@ -24,3 +24,23 @@ export function sqlState (err: unknown): string | undefined {
 
 export const UNIQUE_VIOLATION = '23505'
 export const FOREIGN_KEY_VIOLATION = '23503'
+
+/**
+ * What of a failure goes into the log. Drizzle's query errors carry the query's parameters
+ * (message bodies, addresses) in their message: keep the SQL text and the driver's own error,
+ * never the parameters.
+ */
+export function loggableError (err: unknown): unknown {
+  if (!(err instanceof Error)) return err
+  if (typeof (err as { query?: unknown }).query === 'string' && Array.isArray((err as { params?: unknown }).params)) {
+    const cause = err.cause as { message?: string, code?: string } | undefined
+    return {
+      type: 'DrizzleQueryError',
+      query: (err as Error & { query?: string }).query,
+      cause: { message: cause?.message, code: cause?.code },
+      // Only the frames: the first lines repeat the message, parameters included.
+      stack: err.stack?.split('\n').filter((line) => /^\s+at /.test(line)).join('\n')
+    }
+  }
+  return err
+}

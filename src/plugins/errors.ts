@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { isDatabaseUnavailable } from '../db/errors.js'
+import { isDatabaseUnavailable, loggableError } from '../db/errors.js'
 import { AppError, Internal, NotFound, PayloadTooLarge, RateLimited, Unauthorized, Unavailable, UnsupportedMediaType, ValidationFailed } from '../errors.js'
 
 const ACCEPTED_TYPES = 'application/json, application/x-www-form-urlencoded, or multipart/form-data where files are taken'
@@ -48,26 +48,6 @@ function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttach
   // Remaining client errors (busboy's malformed multipart, bad headers): the message is safe to show.
   if (status >= 400 && status < 500) return new AppError(status, 'VALIDATION_FAILED', err.message)
   return new Internal(err)
-}
-
-/**
- * What of a failure goes into the log. Drizzle's query errors carry the query's parameters
- * (message bodies, addresses) in their message: keep the SQL text and the driver's own error,
- * never the parameters.
- */
-export function loggableError (err: unknown): unknown {
-  if (!(err instanceof Error)) return err
-  if (typeof (err as { query?: unknown }).query === 'string' && Array.isArray((err as { params?: unknown }).params)) {
-    const cause = err.cause as { message?: string, code?: string } | undefined
-    return {
-      type: 'DrizzleQueryError',
-      query: (err as Error & { query?: string }).query,
-      cause: { message: cause?.message, code: cause?.code },
-      // Only the frames: the first lines repeat the message, parameters included.
-      stack: err.stack?.split('\n').filter((line) => /^\s+at /.test(line)).join('\n')
-    }
-  }
-  return err
 }
 
 export function sendError (reply: FastifyReply, error: AppError): FastifyReply {

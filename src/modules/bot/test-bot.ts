@@ -9,7 +9,7 @@ import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.js'
 import { deliverMessage, RecipientDeactivated } from '../messages/send-message.js'
 import { NotFound } from '../../errors.js'
-import { loggableError } from '../../plugins/errors.js'
+import { loggableError } from '../../db/errors.js'
 
 const BATCH = 20
 // A missed notification (a connection blip) delays a reply by at most this much.

@@ -7,7 +7,7 @@ import { createAttachmentStore } from '../messages/attachment-store.js'
 import { createQuotaRepository } from '../quota/quota.repository.js'
 import { createEventsRepository } from './events.repository.js'
 import { createWebhooksRepository } from '../webhooks/webhooks.repository.js'
-import { loggableError } from '../../plugins/errors.js'
+import { loggableError } from '../../db/errors.js'
 
 const EVERY_MS = 10 * 60 * 1000
 // "parley retention": one instance at a time does the sweep.

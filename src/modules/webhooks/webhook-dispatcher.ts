@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
-import { loggableError } from '../../plugins/errors.js'
+import { loggableError } from '../../db/errors.js'
 import type { EventBus } from '../events/event-bus.js'
 import { createEventsRepository, toEvent } from '../events/events.repository.js'
 import type { EventRow } from '../events/events.table.js'
