@@ -158,7 +158,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         if (c === undefined || beating) return
         beating = true
         let timer: NodeJS.Timeout | undefined
-        const late = new Promise<never>((_, reject) => {
+        const late = new Promise<never>((_resolve, reject) => {
           timer = setTimeout(() => reject(new Error('LISTEN connection heartbeat timed out')), heartbeatMs)
         })
         Promise.race([c.query('SELECT 1'), late])

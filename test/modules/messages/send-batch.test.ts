@@ -264,7 +264,7 @@ t.test('a batch waiting on a row lock does not hold other keys\' sends behind it
   await hold.connect()
   t.teardown(() => hold.end())
   await hold.query('BEGIN')
-  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+  await hold.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
 
   const stuck = alice.post('/v2/message', { recipient: 'bob', body: 'waits for the lock' })
   await new Promise((resolve) => setTimeout(resolve, 100))
