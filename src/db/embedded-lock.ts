@@ -4,7 +4,7 @@ import { hostname } from 'node:os'
 import { join, resolve as resolvePath } from 'node:path'
 
 /** Thrown when another live process holds the embedded database. */
-export class DataDirectoryInUse extends Error {
+class DataDirectoryInUse extends Error {
   override name = 'DataDirectoryInUse'
 }
 

@@ -23,4 +23,3 @@ export function sqlState (err: unknown): string | undefined {
 }
 
 export const UNIQUE_VIOLATION = '23505'
-export const FOREIGN_KEY_VIOLATION = '23503'
