@@ -11,7 +11,7 @@ import { promisify } from 'node:util'
  * send, with no HTTP, JSON, validation or Node in between. 1:1 sends without files are now
  * coalesced (send-batch.repository.ts: many sends, one commit), so the service can pass it.
  */
-export const SEND_TRANSACTION = String.raw`
+const SEND_TRANSACTION = String.raw`
 \set mid random(1, 9223372036854775807)
 WITH counted AS (
   INSERT INTO quota_usage (key_id, day, count) SELECT 'pgbench' || :client_id, current_date, 1

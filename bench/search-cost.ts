@@ -11,7 +11,7 @@ import { connectPostgres } from '../src/db/client.js'
 import { messageSearchQuery, prefixQuery } from '../src/modules/search/message-search.js'
 import type { Key } from './fixtures.js'
 
-export interface SearchCostRow { who: string, readable: number, plan: string, p50: number, p99: number }
+interface SearchCostRow { who: string, readable: number, plan: string, p50: number, p99: number }
 export interface SearchCostResult { messages: number, rows: SearchCostRow[] }
 
 const MESSAGES = 300_000

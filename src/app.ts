@@ -60,7 +60,7 @@ declare module 'fastify' {
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 /** Logged nowhere: credentials in any header a log line might carry. */
-export const REDACTED_PATHS = [
+const REDACTED_PATHS = [
   'req.headers.authorization',
   'req.headers["proxy-authorization"]',
   'headers.authorization',

@@ -10,7 +10,7 @@ const Int = (minimum: number, maximum: number, fallback: number, description: st
  * The environment the service reads, as a schema: each property's description says what the
  * variable accepts, and is the text an operator sees when the value is wrong.
  */
-export const ConfigSchema = Type.Object({
+const ConfigSchema = Type.Object({
   HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a host name or IP address to listen on' }),
   PORT: Int(0, 65535, 3000, 'an integer from 0 to 65535'),
   DATABASE_URL: Type.Optional(Type.String({
@@ -61,7 +61,7 @@ type Env = Static<typeof ConfigSchema>
 /** Variables whose values may hold credentials: never echoed back in an error. */
 const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY'])
 
-export type TrustProxy = boolean | number | string[]
+type TrustProxy = boolean | number | string[]
 
 export interface Config {
   host: string

@@ -29,15 +29,35 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
 
 t.test('values are read and coerced; empty strings count as unset', async (t) => {
   const config = loadConfig({
-    HOST: '0.0.0.0', PORT: '8080', DATABASE_URL: 'postgres://u:p@db:5432/parley', DATA_DIR: '/var/lib/parley',
-    REDIS_URL: 'redis://cache:6379', LOG_LEVEL: 'debug', TRUST_PROXY: '2', DAILY_MESSAGE_QUOTA: '500',
-    RATE_LIMIT_PER_SECOND: '50', MAX_BODY_CHARS: '2000', MAX_ATTACHMENTS: '3', MAX_ATTACHMENT_BYTES: '1024',
-    TEST_BOT_ADDRESS: 'echo-bot', LOG_FORMAT: 'ignored'
+    HOST: '0.0.0.0',
+    PORT: '8080',
+    DATABASE_URL: 'postgres://u:p@db:5432/parley',
+    DATA_DIR: '/var/lib/parley',
+    REDIS_URL: 'redis://cache:6379',
+    LOG_LEVEL: 'debug',
+    TRUST_PROXY: '2',
+    DAILY_MESSAGE_QUOTA: '500',
+    RATE_LIMIT_PER_SECOND: '50',
+    MAX_BODY_CHARS: '2000',
+    MAX_ATTACHMENTS: '3',
+    MAX_ATTACHMENT_BYTES: '1024',
+    TEST_BOT_ADDRESS: 'echo-bot',
+    LOG_FORMAT: 'ignored'
   })
   t.match(config, {
-    host: '0.0.0.0', port: 8080, databaseUrl: 'postgres://u:p@db:5432/parley', dataDir: '/var/lib/parley',
-    redisUrl: 'redis://cache:6379', logLevel: 'debug', trustProxy: 2, dailyMessageQuota: 500,
-    rateLimitPerSecond: 50, maxBodyChars: 2000, maxAttachments: 3, maxAttachmentBytes: 1024, testBotAddress: 'echo-bot'
+    host: '0.0.0.0',
+    port: 8080,
+    databaseUrl: 'postgres://u:p@db:5432/parley',
+    dataDir: '/var/lib/parley',
+    redisUrl: 'redis://cache:6379',
+    logLevel: 'debug',
+    trustProxy: 2,
+    dailyMessageQuota: 500,
+    rateLimitPerSecond: 50,
+    maxBodyChars: 2000,
+    maxAttachments: 3,
+    maxAttachmentBytes: 1024,
+    testBotAddress: 'echo-bot'
   })
   t.equal(loadConfig({ PORT: '' }).port, 3000)
   t.equal(loadConfig({ TRUST_PROXY: 'true' }).trustProxy, true)

@@ -12,14 +12,14 @@ export interface TestContext {
   teardown(fn: () => unknown): void
 }
 
-export type BodyFormat = 'json' | 'form' | 'multipart'
+type BodyFormat = 'json' | 'form' | 'multipart'
 
-export interface RequestOptions {
+interface RequestOptions {
   headers?: Record<string, string>
   format?: BodyFormat
 }
 
-export type Body = Record<string, unknown>
+type Body = Record<string, unknown>
 
 /** A client that calls the app as one API key, through `app.inject`. */
 export interface Caller {
@@ -37,7 +37,7 @@ export function basic (keyId: string, secret: string): string {
 }
 
 /** Encodes fields the three ways the service accepts; a list is a repeated field. */
-export function encodeBody (body: Body | FormData, format: BodyFormat): { payload: string | FormData, headers: Record<string, string> } {
+function encodeBody (body: Body | FormData, format: BodyFormat): { payload: string | FormData, headers: Record<string, string> } {
   if (body instanceof FormData) return { payload: body, headers: {} }
   if (format === 'json') return { payload: JSON.stringify(body), headers: { 'content-type': 'application/json' } }
   const pairs: [string, string][] = []

@@ -14,7 +14,7 @@ import * as schema from './schema.js'
 /** The Drizzle database both drivers share; repositories take this (or a transaction). */
 export type Db = PgDatabase<PgQueryResultHKT, typeof schema>
 
-export type Driver = 'pg' | 'pglite'
+type Driver = 'pg' | 'pglite'
 
 export interface Database {
   db: Db
@@ -39,7 +39,7 @@ export interface Database {
   close(): Promise<void>
 }
 
-export interface LockedSession {
+interface LockedSession {
   db: Db
   migrate(folder: string): Promise<void>
 }
@@ -64,7 +64,7 @@ export interface PostgresOptions {
   listenHeartbeatMs?: number
 }
 
-export const DEFAULT_LISTEN_HEARTBEAT_MS = 15_000
+const DEFAULT_LISTEN_HEARTBEAT_MS = 15_000
 
 /** Ends a client politely, or cuts its socket if the goodbye takes longer than `ms`. */
 async function endWithin (c: pg.Client, ms: number): Promise<void> {
@@ -158,7 +158,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         if (c === undefined || beating) return
         beating = true
         let timer: NodeJS.Timeout | undefined
-        const late = new Promise<never>((_, reject) => {
+        const late = new Promise<never>((_resolve, reject) => {
           timer = setTimeout(() => reject(new Error('LISTEN connection heartbeat timed out')), heartbeatMs)
         })
         Promise.race([c.query('SELECT 1'), late])
@@ -238,7 +238,7 @@ export function wrapPglite (client: PGlite, options: { created?: boolean, onClos
   }
 }
 
-export async function openEmbedded (dataDir: string, command = 'serve'): Promise<Database> {
+async function openEmbedded (dataDir: string, command = 'serve'): Promise<Database> {
   const release = await lockDataDirectory(dataDir, command)
   try {
     const created = !existsSync(join(dataDir, 'PG_VERSION'))

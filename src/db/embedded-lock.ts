@@ -1,10 +1,10 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { connect, createServer, type Server } from 'node:net'
 import { hostname } from 'node:os'
-import { join, resolve } from 'node:path'
+import { join, resolve as resolvePath } from 'node:path'
 
 /** Thrown when another live process holds the embedded database. */
-export class DataDirectoryInUse extends Error {
+class DataDirectoryInUse extends Error {
   override name = 'DataDirectoryInUse'
 }
 
@@ -32,26 +32,26 @@ function inUse (dataDir: string, owner: LockOwner | undefined): DataDirectoryInU
 }
 
 function listen (path: string): Promise<Server | NodeJS.ErrnoException> {
-  return new Promise((resolvePromise) => {
+  return new Promise((resolve) => {
     // Anyone who connects is only asking whether the lock is held: hang up at once.
     const server = createServer((socket) => socket.destroy())
-    server.once('error', (err) => resolvePromise(err))
+    server.once('error', (err) => resolve(err))
     server.listen(path, () => {
       server.removeAllListeners('error')
       // An error after listening (there is none in practice) must not crash the process.
       server.on('error', () => {})
       server.unref()
-      resolvePromise(server)
+      resolve(server)
     })
   })
 }
 
 /** Whether a live process listens on the socket: the kernel closes a dead process's sockets. */
 function held (path: string): Promise<boolean> {
-  return new Promise((resolvePromise) => {
+  return new Promise((resolve) => {
     const socket = connect(path)
-    socket.once('connect', () => { socket.destroy(); resolvePromise(true) })
-    socket.once('error', () => resolvePromise(false))
+    socket.once('connect', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => resolve(false))
   })
 }
 
@@ -67,7 +67,7 @@ function held (path: string): Promise<boolean> {
 export async function lockDataDirectory (dataDir: string, command: string): Promise<() => void> {
   mkdirSync(dataDir, { recursive: true })
   const ownerFile = join(dataDir, 'parley.lock')
-  const socketPath = join(resolve(dataDir), 'parley.lock.sock')
+  const socketPath = join(resolvePath(dataDir), 'parley.lock.sock')
   if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) {
     throw new Error(`DATA_DIR ${dataDir} is too long for the embedded database's lock socket (at most ${MAX_SOCKET_PATH - 17} bytes as an absolute path); choose a shorter path`)
   }
@@ -94,7 +94,7 @@ export async function lockDataDirectory (dataDir: string, command: string): Prom
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
       const age = Date.now() - (statSafe(takeover) ?? Date.now())
       if (age > TAKEOVER_STALE_MS) rmSync(takeover, { force: true })
-      await new Promise((resolveWait) => setTimeout(resolveWait, 100))
+      await new Promise((resolve) => setTimeout(resolve, 100))
       continue
     }
     try {

@@ -23,8 +23,6 @@ export function sqlState (err: unknown): string | undefined {
 }
 
 export const UNIQUE_VIOLATION = '23505'
-export const FOREIGN_KEY_VIOLATION = '23503'
-
 /**
  * What of a failure goes into the log. Drizzle's query errors carry the query's parameters
  * (message bodies, addresses) in their message: keep the SQL text and the driver's own error,

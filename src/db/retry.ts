@@ -6,7 +6,7 @@ const RETRYABLE = new Set(['40001', '40P01'])
 const ATTEMPTS = 5
 const BASE_DELAY_MS = 10
 
-export function isRetryable (err: unknown): boolean {
+function isRetryable (err: unknown): boolean {
   const state = sqlState(err)
   return state !== undefined && RETRYABLE.has(state)
 }
@@ -17,7 +17,7 @@ export function isRetryable (err: unknown): boolean {
  * they must not become 500s. Bounded attempts with jittered exponential backoff, so two
  * victims do not collide again in step.
  */
-export async function withRetry<T> (work: () => Promise<T>): Promise<T> {
+async function withRetry<T> (work: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await work()

@@ -7,7 +7,6 @@ import { readableMessage } from './messages/message-access.js'
 import { createMessagesRepository } from './messages/messages.repository.js'
 import { createUsersRepository } from './users/users.repository.js'
 
-
 export type EntityKind = 'user' | 'group' | 'message'
 
 /** What an `entity` path or field names (API.md §1), with who may see it and who owns it. */

@@ -28,10 +28,10 @@ export interface AdmissionOptions {
 }
 
 /** Requests one key may have waiting at one gate; past it 429, at once. */
-export const MAX_QUEUED_PER_KEY = 64
+const MAX_QUEUED_PER_KEY = 64
 
 /** What each gate admits, from the pool size: documented in docs/security.md. */
-export function admissionLimits (poolSize: number) {
+function admissionLimits (poolSize: number) {
   return {
     // Every database request: a third of the pool per key (at least 2), so three keys at full
     // tilt still leave connections for a fourth.

@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify'
 import { ROOT } from '../paths.js'
 
 /** Where `npm ci`, `npm start` and `npm test` build the console (scripts/build.mjs). */
-export const CONSOLE_DIR = join(ROOT, 'web', 'dist')
+const CONSOLE_DIR = join(ROOT, 'web', 'dist')
 
 /**
  * The web console at GET /: static files only (it talks to /v2 like any client), served with

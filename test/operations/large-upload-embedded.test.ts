@@ -10,7 +10,7 @@ const FILE_BYTES = 25 * 1024 * 1024
 const skip = usingPostgres() ? 'embedded mode only: PGlite is one connection, so a long statement would block everyone' : false
 
 /** File i's bytes, generated piece by piece (never held whole): 64 KiB blocks of a counter. */
-function* fileBlocks (i: number): Generator<Buffer> {
+function * fileBlocks (i: number): Generator<Buffer> {
   const block = Buffer.alloc(64 * 1024)
   for (let b = 0; b * block.length < FILE_BYTES; b++) {
     block.fill((i * 31 + b) & 0xff)

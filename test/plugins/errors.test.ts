@@ -28,8 +28,8 @@ function probeRoutes (db: () => import('../../src/db/client.js').Db) {
 }
 
 async function setup (t: Parameters<typeof build>[0]) {
-  let built: Awaited<ReturnType<typeof build>> | undefined
-  built = await build(t, { routes: probeRoutes(() => built!.db) })
+  // The routes read the database of the app they are built into: built is set before any request.
+  const built: Awaited<ReturnType<typeof build>> = await build(t, { routes: probeRoutes(() => built.db) })
   return built
 }
 

@@ -149,8 +149,12 @@ t.test('no generated request gets a 5xx, a malformed error or no answer', async 
   form.append('attachment', new Blob(['hello']), 'hello.txt')
   const message = (await alice.post('/v2/message', form)).json() as { id: string }
   const real: Record<string, string[]> = {
-    user: ['alice', 'bob', 'testbot'], group: [group.id], message: [message.id], n: ['1'],
-    recipient: ['bob', group.id], entity: ['alice', group.id, message.id]
+    user: ['alice', 'bob', 'testbot'],
+    group: [group.id],
+    message: [message.id],
+    n: ['1'],
+    recipient: ['bob', group.id],
+    entity: ['alice', group.id, message.id]
   }
   const authorization = (auth: string): string | undefined => {
     switch (auth) {

@@ -59,7 +59,7 @@ export function startServer (t: TestContext, env: Record<string, string | undefi
     })
     let output = ''
     let exited = false
-    const exit = new Promise<number | null>((resolveExit) => child.on('exit', (code) => { exited = true; resolveExit(code) }))
+    const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => { exited = true; resolve(code) }))
     const stop = async () => {
       if (!exited) child.kill('SIGTERM')
       return exit

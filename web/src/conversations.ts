@@ -18,7 +18,7 @@ const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 export const isGroupId = (id: string): boolean => id.startsWith('grp_')
 
 /** The conversation a message belongs to, seen by `me`. */
-export function conversationOf (message: Message, me: string): string {
+function conversationOf (message: Message, me: string): string {
   if (isGroupId(message.recipient)) return message.recipient
   return message.sender === me ? message.recipient : message.sender
 }

@@ -79,8 +79,16 @@ async function signIn (credentials: Credentials): Promise<void> {
   saveCredentials(credentials)
   const me = whoami.user.address
   const s: Session = {
-    api, me, conversations: new Conversations(me), active: undefined, after: '0', stop: new AbortController(),
-    reportedRead: new Set(), blobs: new Map(), typingSentAt: 0, typingTo: undefined
+    api,
+    me,
+    conversations: new Conversations(me),
+    active: undefined,
+    after: '0',
+    stop: new AbortController(),
+    reportedRead: new Set(),
+    blobs: new Map(),
+    typingSentAt: 0,
+    typingTo: undefined
   }
   session = s
   byId('signed-in-as').textContent = me

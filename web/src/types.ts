@@ -1,4 +1,2 @@
 /** The API's objects, from the client generated from the OpenAPI document (src/client). */
-export type {
-  DeliveryStatus, Event as FeedEvent, Group, Message, MessageStatus, RosterEntry, User, Whoami
-} from '../../src/client/index.js'
+export type { DeliveryStatus, Event as FeedEvent, Message } from '../../src/client/index.js'

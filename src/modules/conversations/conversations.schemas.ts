@@ -1,7 +1,7 @@
 import { Type } from 'typebox'
 import { MessageSchema } from '../messages/messages.schemas.js'
 
-export const ConversationSchema = Type.Object({
+const ConversationSchema = Type.Object({
   peer: Type.String({ description: 'The other user\'s address, or the group id (grp_…)' }),
   type: Type.Union([Type.Literal('user'), Type.Literal('group')]),
   lastMessage: MessageSchema,

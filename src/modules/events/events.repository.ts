@@ -148,5 +148,3 @@ export function createEventsRepository (db: Db) {
     }
   }
 }
-
-export type EventsRepository = ReturnType<typeof createEventsRepository>

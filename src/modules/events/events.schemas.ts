@@ -3,7 +3,7 @@ import { Timestamp } from '../../schemas.js'
 
 const EventId = Type.String({ pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string' })
 
-export const EventSchema = Type.Object({
+const EventSchema = Type.Object({
   id: EventId,
   type: Type.String({ description: 'message.received, message.deleted, message.status, typing.started, typing.stopped, group.*' }),
   createdAt: Timestamp,

@@ -2,7 +2,6 @@ import { Type } from 'typebox'
 import { GROUP_ID_PATTERN } from '../../ids.js'
 import { AddressParam, Timestamp } from '../../schemas.js'
 
-
 export const GroupSchema = Type.Object({
   id: Type.String({ description: 'grp_…' }),
   name: Type.String(),

@@ -20,7 +20,7 @@ const KEY_ID = /^key_[0-9a-z_]{1,64}$/
 const UNKNOWN_KEY_HASH = '0'.repeat(64)
 
 /** How often one process records that a key was used: a write per key a minute at most. */
-export const LAST_USED_EVERY_MS = 60_000
+const LAST_USED_EVERY_MS = 60_000
 
 /** How long a key read from the database is trusted: a revocation or quota change lands within this. */
 export const KEY_CACHE_MS = 5_000

@@ -4,7 +4,7 @@ import { instanceSettings } from '../../db/settings.table.js'
 import { users } from '../users/users.table.js'
 import { createKeysRepository, type CreatedKey } from './keys.repository.js'
 
-export const DEMO_ADDRESS = 'demo'
+const DEMO_ADDRESS = 'demo'
 
 /**
  * On the first start of an embedded database, make a user `demo` with one key so a developer

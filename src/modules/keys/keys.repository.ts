@@ -108,5 +108,3 @@ export function createKeysRepository (db: Db) {
     }
   }
 }
-
-export type KeysRepository = ReturnType<typeof createKeysRepository>

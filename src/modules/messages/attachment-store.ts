@@ -11,7 +11,7 @@ import { attachmentChunks } from './messages.table.js'
 export const CHUNK_BYTES = 256 * 1024
 
 /** Unclaimed chunks older than this belong to no live upload (a crash mid-upload): swept. */
-export const STAGED_TTL_MS = 60 * 60 * 1000
+const STAGED_TTL_MS = 60 * 60 * 1000
 
 /**
  * Staged and stored attachment bytes. Every call is one short autocommit statement: the

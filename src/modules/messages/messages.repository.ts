@@ -11,7 +11,7 @@ type AttachmentMeta = Message['attachments'][number]
 /** What the wire form of a message is made from: a stored row, or any query's equivalent. */
 export type MessageFields = Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'body' | 'createdAt'>
 
-export function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
+function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
   return {
     id: row.id,
     sender: row.sender,

@@ -3,8 +3,7 @@ import { MESSAGE_ID_PATTERN } from '../../ids.js'
 import { Timestamp } from '../../schemas.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 
-
-export const AttachmentSchema = Type.Object({
+const AttachmentSchema = Type.Object({
   index: Type.Integer({ minimum: 1, description: 'Position from 1: GET /v2/message/{id}/attachment/{index}' }),
   filename: Type.String(),
   contentType: Type.String(),

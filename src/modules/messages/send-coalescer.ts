@@ -265,5 +265,3 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     }
   }
 }
-
-export type SendCoalescer = ReturnType<typeof createSendCoalescer>

@@ -199,7 +199,7 @@ export class IdempotencyInProgress extends AppError {
   }
 }
 
-export class IdempotentMessageDeleted extends AppError {
+class IdempotentMessageDeleted extends AppError {
   constructor (messageId: string) {
     super(404, 'NOT_FOUND', `message ${messageId} sent with this Idempotency-Key was deleted`)
   }

@@ -7,7 +7,7 @@ import { createEventsRepository } from '../events/events.repository.js'
 import { resolveRecipients } from './send-message.js'
 
 /** How long a typing event (started or stopped) holds before it lapses. */
-export const TYPING_TTL_MS = 15_000
+const TYPING_TTL_MS = 15_000
 
 /**
  * Group typing fans out to every member, so it is coalesced per (sender, group) in this

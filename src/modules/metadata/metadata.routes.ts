@@ -8,8 +8,8 @@ import { AUTHENTICATED_ERRORS, errorResponses, Timestamp } from '../../schemas.j
 import { visibleEntity } from '../entities.js'
 import { createMetadataRepository } from './metadata.repository.js'
 
-export const MAX_METADATA_KEYS = 64
-export const MAX_METADATA_BYTES = 16 * 1024
+const MAX_METADATA_KEYS = 64
+const MAX_METADATA_BYTES = 16 * 1024
 const KEY = /^[A-Za-z0-9._-]{1,64}$/
 
 const MetadataSchema = Type.Object({

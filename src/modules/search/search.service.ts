@@ -26,7 +26,7 @@ export interface SearchInput {
 }
 
 /** The most one search may cost the database: its statements are cancelled past it (503). */
-export const SEARCH_TIME_LIMIT_MS = 5_000
+const SEARCH_TIME_LIMIT_MS = 5_000
 
 /** Where a page ends: the result type it stopped in, and the last key it returned there. */
 interface Cursor { t: SearchType, k?: string[] }

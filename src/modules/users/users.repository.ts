@@ -90,5 +90,3 @@ export function createUsersRepository (db: Db) {
     }
   }
 }
-
-export type UsersRepository = ReturnType<typeof createUsersRepository>

@@ -28,7 +28,7 @@ const POLL_MS = 1_000
 /** Which addresses have webhooks is re-read this often (other instances create them too). */
 const REFRESH_MS = 5_000
 /** API.md §9: retried for 24 h, then disabled. */
-export const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000
+const GIVE_UP_AFTER_MS = 24 * 60 * 60 * 1000
 const MAX_BACKOFF_MS = 60 * 60 * 1000
 
 export interface DispatcherOptions {

@@ -5,7 +5,7 @@ import { isIP } from 'node:net'
 import { guardedLookup, isPrivateAddress } from './webhook-target.js'
 
 /** A delivery must be answered 2xx within this long (API.md §9). */
-export const DELIVERY_TIMEOUT_MS = 10_000
+const DELIVERY_TIMEOUT_MS = 10_000
 /** What is read of an answer before the connection is cut: receivers have nothing to tell us. */
 const MAX_RESPONSE_BYTES = 64 * 1024
 

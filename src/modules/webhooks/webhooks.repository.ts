@@ -223,5 +223,3 @@ export function createWebhooksRepository (db: Db) {
     }
   }
 }
-
-export type WebhooksRepository = ReturnType<typeof createWebhooksRepository>

@@ -15,7 +15,7 @@ import {
 import type { WebhookDeliveryRow, WebhookRow } from './webhooks.table.js'
 
 /** Webhooks one user may have: each event of the feed is sent once to each. */
-export const MAX_WEBHOOKS_PER_USER = 10
+const MAX_WEBHOOKS_PER_USER = 10
 
 const tooMany = (address: string) => new Conflict(`${address} already has ${MAX_WEBHOOKS_PER_USER} webhooks, the most a user may have; delete one first`)
 

@@ -8,7 +8,7 @@ const EventTypes = Type.Array(Type.Unsafe<string>({ type: 'string', enum: [...EV
   minItems: 1, maxItems: EVENT_TYPES.length, uniqueItems: true, description: 'Event types to deliver; omitted or null for every type'
 })
 
-export const WebhookSchema = Type.Object({
+const WebhookSchema = Type.Object({
   id: WebhookId,
   url: Type.String(),
   events: Type.Union([EventTypes, Type.Null()]),
@@ -30,7 +30,7 @@ export const WebhookListSchema = Type.Object({ webhooks: Type.Array(WebhookSchem
 
 export const WebhookParams = Type.Object({ id: WebhookId })
 
-export const DeliverySchema = Type.Object({
+const DeliverySchema = Type.Object({
   event: EventId,
   status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
   attempts: Type.Integer({ minimum: 0 }),

@@ -8,7 +8,9 @@ t.test('the admin API manages users and keys, for admin keys only', async (t) =>
   const { keyId, secret } = await createKeysRepository(db).create('root', null, { scopes: ['admin'] })
   const admin = basic(keyId, secret)
   const call = (method: 'GET' | 'POST' | 'DELETE', url: string, body?: unknown, authorization = admin) => app.inject({
-    method, url, headers: { authorization, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    method,
+    url,
+    headers: { authorization, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
     ...(body === undefined ? {} : { payload: JSON.stringify(body) })
   })
 

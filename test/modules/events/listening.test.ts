@@ -17,7 +17,7 @@ t.test('30 waiting long-polls hold no database connection; a send still goes thr
   await admin.connect()
   t.teardown(() => admin.end())
   const { rows } = await admin.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
   // The app's pool (at most 5 in tests) plus its one LISTEN connection, however many polls wait.
   t.ok(rows[0]!.n <= 6, `${rows[0]!.n} connections for 30 waiting polls`)
   const { rows: listening } = await admin.query<{ n: number }>(

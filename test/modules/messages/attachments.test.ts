@@ -47,11 +47,14 @@ t.test('several attachments keep their order and types; an attachment alone need
     { data: Buffer.from('x'), type: 'not a type', filename: 'odd.bin' }
   ]))
   t.equal(res.statusCode, 200, res.body)
-  t.match(res.json(), { body: '', attachments: [
-    { index: 1, filename: 'invite.ics', contentType: 'text/calendar' },
-    { index: 2, filename: 'dot.png', contentType: 'image/png' },
-    { index: 3, filename: 'odd.bin', contentType: 'application/octet-stream' }
-  ] })
+  t.match(res.json(), {
+    body: '',
+    attachments: [
+      { index: 1, filename: 'invite.ics', contentType: 'text/calendar' },
+      { index: 2, filename: 'dot.png', contentType: 'image/png' },
+      { index: 3, filename: 'odd.bin', contentType: 'application/octet-stream' }
+    ]
+  })
   const third = await alice.get(`/v2/message/${res.json().id}/attachment/3`)
   t.equal(third.headers['content-type'], 'application/octet-stream', 'an invalid type is served as octet-stream')
 })

@@ -265,7 +265,7 @@ t.test('a batch waiting on a row lock does not hold other keys\' sends behind it
   await hold.connect()
   t.teardown(() => hold.end())
   await hold.query('BEGIN')
-  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+  await hold.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
 
   const stuck = alice.post('/v2/message', { recipient: 'bob', body: 'waits for the lock' })
   await new Promise((resolve) => setTimeout(resolve, 100))
@@ -287,7 +287,7 @@ t.test('a client that hangs up while its send waits in the queue still gets a wh
   await hold.connect()
   t.teardown(() => hold.end())
   await hold.query('BEGIN')
-  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+  await hold.query('SELECT 1 FROM users WHERE address = \'bob\' FOR UPDATE')
 
   // A staged attachment (larger than what a request may keep in memory), sent over a real
   // socket that the client closes once the body is out and its send waits on bob's row.
@@ -310,7 +310,7 @@ t.test('a client that hangs up while its send waits in the queue still gets a wh
   req.on('error', () => {})
   req.end(payload)
   // The send's statement waits on bob's row: the body is read and the send is in its batch.
-  const waiting = async () => (await hold.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rowCount! > 0
+  const waiting = async () => (await hold.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = \'Lock\'')).rowCount! > 0
   for (let i = 0; i < 250 && !await waiting(); i++) await new Promise((resolve) => setTimeout(resolve, 20))
   t.ok(await waiting(), 'the send waits on the held row')
   req.destroy()

@@ -39,7 +39,7 @@ async function holder (t: { teardown(fn: () => unknown): void }, url: string): P
 /** Resolves once some backend waits on a lock (the held send got as far as the held row). */
 async function someoneWaits (client: pg.Client): Promise<void> {
   for (let i = 0; i < 200; i++) {
-    const { rows } = await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`)
+    const { rows } = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted')
     if (rows[0]!.n > 0) return
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
@@ -56,7 +56,7 @@ t.test('a duplicate of a send still in flight on another instance gets 409 at on
   const hold = await holder(t, built.url!)
   // The send locks bob's user row for his feed id: hold it, and the first send waits there,
   // its transaction open and its quota unit taken.
-  await hold.query(`SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE`)
+  await hold.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
   const first = post(a, alice, { recipient: 'bob', body: 'once' }, 'k-1')
   await someoneWaits(hold)
   const started = Date.now()
@@ -169,4 +169,3 @@ t.test('the test bot\'s reply has one time too', async (t) => {
   t.equal(reply!.data.message?.createdAt, reply!.createdAt)
   t.equal((await alice.get(`/v2/message/${reply!.data.message!.id}`)).json().createdAt, reply!.createdAt)
 })
-

@@ -15,7 +15,7 @@ t.test('a forged search cursor answers 400 naming cursor, never 500', async (t) 
     { t: 'messages', k: ['2026-01-01T00:00:00.000Z', 'msg_\u0000'] },
     { t: 'users', k: ['a\u0000b'] },
     { t: 'groups', k: ['ops'] },
-    { t: 'messages' , k: [1, 2] },
+    { t: 'messages', k: [1, 2] },
     null, 7, 'messages'
   ]
   for (const cursor of known) {
