@@ -5,8 +5,8 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 
 /**
- * The SQL of one send written alone (deliverMessage in src/modules/messages/send-message.ts: one
- * statement, one commit; sends with files still run it): client i sends as sender<i> to
+ * The SQL of one send written alone (as the service wrote each send before coalescing: one
+ * statement, one commit): client i sends as sender<i> to
  * receiver<i>, as the HTTP scenario's connection i does. This is the limit of one commit per
  * send, with no HTTP, JSON, validation or Node in between. 1:1 sends without files are now
  * coalesced (send-batch.repository.ts: many sends, one commit), so the service can pass it.

@@ -19,8 +19,8 @@ import { conversationsRoutes } from './modules/conversations/conversations.route
 import { createEventBus } from './modules/events/event-bus.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
-import { startRetention } from './modules/events/retention.js'
-import { CHUNK_BYTES, createAttachmentStore } from './modules/messages/attachment-store.js'
+import { startRetention } from './modules/retention/retention.js'
+import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
@@ -197,7 +197,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     maxAttachments: config.maxAttachments,
     maxAttachmentBytes: config.maxAttachmentBytes,
     maxBodyChars: config.maxBodyChars,
-    uploads: createAttachmentStore(database.db),
+    uploads: createAttachmentChunksRepository(database.db),
     chunkBytes: CHUNK_BYTES,
     // The largest lists a schema takes are 1,000 members or event ids; metadata is 16 KiB.
     maxBodyValues: 20_000

@@ -2,7 +2,7 @@ import { connect } from 'node:net'
 import pg from 'pg'
 import t from 'tap'
 import { connectPostgres } from '../../src/db/client.js'
-import { createAttachmentStore } from '../../src/modules/messages/attachment-store.js'
+import { createAttachmentChunksRepository } from '../../src/modules/messages/attachment-chunks.repository.js'
 import { usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
 
@@ -154,9 +154,9 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
     // Not yet: a live upload on another instance may still be sending.
     const database = await connectPostgres(env.DATABASE_URL!, 1)
     t.teardown(() => database.close())
-    t.equal(await createAttachmentStore(database.db).sweep(), 0, 'fresh staged chunks are kept')
+    t.equal(await createAttachmentChunksRepository(database.db).sweep(), 0, 'fresh staged chunks are kept')
     await client.query("UPDATE attachment_chunks SET staged_at = now() - interval '2 hours' WHERE message_id IS NULL")
-    t.equal(await createAttachmentStore(database.db).sweep(), orphans.rows[0]!.n, 'an hour later they are swept')
+    t.equal(await createAttachmentChunksRepository(database.db).sweep(), orphans.rows[0]!.n, 'an hour later they are swept')
     const claimed = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM attachment_chunks WHERE message_id IS NOT NULL')
     t.equal(claimed.rows[0]!.n, rows.length, 'every claimed chunk stays')
   })

@@ -1,15 +1,15 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { and, asc, eq, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { loggableError } from '../../db/errors.js'
 import { transaction } from '../../db/retry.js'
 import type { EventBus } from '../events/event-bus.js'
-import { events } from '../events/events.table.js'
+import { createEventsRepository } from '../events/events.repository.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.js'
-import { deliverMessage, RecipientDeactivated } from '../messages/send-message.js'
-import { NotFound } from '../../errors.js'
-import { loggableError } from '../../db/errors.js'
+import { writeBatch } from '../messages/send-batch.repository.js'
+import { newMessage } from '../messages/send-message.js'
+import { utcDay } from '../quota/quota.repository.js'
 
 const BATCH = 20
 // A missed notification (a connection blip) delays a reply by at most this much.
@@ -36,24 +36,28 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
    */
   async function answerOne (): Promise<boolean> {
     return transaction(db, async (tx) => {
-      const [claimed] = await tx.select({ seq: events.seq, data: events.data }).from(events)
-        .where(and(eq(events.address, address), eq(events.type, 'message.received'), isNull(events.ackedAt)))
-        .orderBy(asc(events.seq))
-        .limit(1)
-        .for('update', { skipLocked: true })
+      const claimed = await createEventsRepository(tx).takeOldest(address, 'message.received')
       if (claimed === undefined) return false
-      await tx.update(events).set({ ackedAt: sql`now()` })
-        .where(and(eq(events.address, address), eq(events.seq, claimed.seq)))
       const original = (claimed.data as { message: Message }).message
       if (original.sender === address) return true
       // Still there? A message deleted before the bot got to it gets no answer.
       if (await createMessagesRepository(tx).find(original.id) === undefined) return true
-      try {
-        await deliverMessage(tx, { sender: address, recipient: original.sender, body: `echo: ${original.body}`, files: [] })
-      } catch (err) {
-        // A sender deactivated since (or gone) gets no reply; the statement wrote nothing.
-        if (!(err instanceof RecipientDeactivated || err instanceof NotFound)) throw err
-      }
+      // The reply is written as a send is, counted for no one; a sender deactivated since (or
+      // gone) gets none, and the statement writes nothing for it.
+      const body = `echo: ${original.body}`
+      const { message } = newMessage({ sender: address, recipient: original.sender, body, files: [] }, original.sender)
+      const now = new Date()
+      await writeBatch(tx, utcDay(now), now, [{
+        keyId: null,
+        limit: 0,
+        sender: address,
+        recipient: original.sender,
+        toGroup: false,
+        messageId: message.id,
+        body,
+        eventData: JSON.stringify({ message }),
+        files: []
+      }])
       await advanceStatus(tx, original, address, 'read')
       return true
     })

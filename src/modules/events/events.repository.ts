@@ -49,7 +49,7 @@ const visible = (address: string) => and(
  * them (PostgreSQL delivers a NOTIFY only on commit, so listeners hear once the events are
  * visible): addresses sorted, ADDRESSES_PER_NOTIFY to a call.
  */
-export function notifyCalls (addresses: string[]): SQL[] {
+function notifyCalls (addresses: string[]): SQL[] {
   const sorted = [...new Set(addresses)].sort()
   const calls: SQL[] = []
   for (let i = 0; i < sorted.length; i += ADDRESSES_PER_NOTIFY) {
@@ -58,30 +58,43 @@ export function notifyCalls (addresses: string[]): SQL[] {
   return calls
 }
 
+/**
+ * The feed counter protocol, as two CTEs for the statement that appends the events:
+ * `recipients` names a relation with an `address` column, one row per event to append. `locked`
+ * takes the recipients' user rows in address order (so two writers never deadlock), and `feed`
+ * answers, per address, `event_seq` (the feed's last id now) and `n` (ids taken: the new ones
+ * are event_seq - n + 1 .. event_seq); an address with no user gets no row. The rows stay
+ * locked to commit, so a feed's events become visible in id order: a reader following
+ * `after = last` cannot miss one that commits late with a smaller id.
+ */
+export function takeFeedIds (recipients: SQL): SQL {
+  return sql`locked AS (
+      SELECT address FROM users WHERE address IN (SELECT address FROM ${recipients}) ORDER BY address FOR NO KEY UPDATE
+    ), feed AS (
+      UPDATE users SET event_seq = users.event_seq + g.n
+      FROM (SELECT address, count(*) AS n FROM ${recipients} GROUP BY address) AS g
+      WHERE users.address = g.address AND users.address IN (SELECT address FROM locked)
+      RETURNING users.address, users.event_seq, g.n
+    )`
+}
+
 export function createEventsRepository (db: Db) {
   return {
     /**
-     * Takes the next ids of feeds, `counts` of them each, in one statement; call it inside the
-     * transaction that makes the change. Each feed's ids come from its user row, locked in
-     * address order (so two writers never deadlock) and held to commit, so a feed's events
-     * become visible in id order: a reader following `after = last` cannot miss one that
-     * commits late with a smaller id. Answers each address's first new id; an address with no
-     * user is missing from the answer.
+     * Takes the next ids of feeds, `counts` of them each (takeFeedIds), in one statement; call
+     * it inside the transaction that makes the change. Answers each address's first new id; an
+     * address with no user is missing from the answer.
      */
     async reserve (counts: Map<string, number>): Promise<Map<string, number>> {
-      const addresses = [...counts.keys()].sort()
+      const addresses = [...counts.keys()]
       if (addresses.length === 0) return new Map()
-      const values = sql.join(addresses.map((a) => sql`(${a}::text, ${counts.get(a)!}::bigint)`), sql`, `)
-      // One row needs no ordering; several are locked in address order by the subquery first.
-      const ordered = addresses.length === 1
-        ? sql``
-        : sql` AND users.address IN (SELECT address FROM users WHERE address IN (${sql.join(addresses.map((a) => sql`${a}`), sql`, `)}) ORDER BY address FOR NO KEY UPDATE)`
-      const bumped = await queryRows<{ address: string, last: string | number }>(db, sql`
-        UPDATE users SET event_seq = users.event_seq + v.n
-        FROM (VALUES ${values}) AS v(address, n)
-        WHERE users.address = v.address${ordered}
-        RETURNING users.address, users.event_seq AS last`)
-      return new Map(bumped.map((r) => [r.address, Number(r.last) - counts.get(r.address)! + 1]))
+      const taken = await queryRows<{ address: string, first: string | number }>(db, sql`
+        WITH wanted AS (
+          SELECT v.address FROM unnest(${sql.param(addresses)}::text[], ${sql.param(addresses.map((a) => counts.get(a)!))}::int[]) AS v(address, n),
+            generate_series(1, v.n)
+        ), ${takeFeedIds(sql`wanted`)}
+        SELECT address, event_seq - n + 1 AS first FROM feed`)
+      return new Map(taken.map((r) => [r.address, Number(r.first)]))
     },
 
     /** Appends events to feeds inside the caller's transaction: their ids, then one statement. */
@@ -100,12 +113,37 @@ export function createEventsRepository (db: Db) {
       await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...counts.keys()]), sql`, `)}`)
     },
 
+    /**
+     * When an event written now in this transaction lapses after `ms`: its createdAt is the
+     * transaction's now(), so both times come from the database's one clock (#14.8).
+     */
+    async expiryAfter (ms: number): Promise<Date> {
+      const [row] = await queryRows<{ expires: string | Date }>(db, sql`SELECT now() + make_interval(secs => ${ms / 1000}) AS expires`)
+      return new Date(row!.expires)
+    },
+
     /** Unacknowledged, unlapsed events of one feed with id > after, oldest first. */
     async list (address: string, after: number, limit: number): Promise<EventRow[]> {
       return db.select().from(events)
         .where(and(visible(address), gt(events.seq, after)))
         .orderBy(asc(events.seq))
         .limit(limit)
+    },
+
+    /**
+     * Takes the oldest unacknowledged event of `type` in a feed that no other transaction has
+     * taken (FOR UPDATE SKIP LOCKED), acknowledged in the caller's transaction: a feed as a
+     * queue that several instances share, each event taken once, and again after a crash.
+     */
+    async takeOldest (address: string, type: EventType): Promise<EventRow | undefined> {
+      const [row] = await db.select().from(events)
+        .where(and(eq(events.address, address), eq(events.type, type), isNull(events.ackedAt)))
+        .orderBy(asc(events.seq))
+        .limit(1)
+        .for('update', { skipLocked: true })
+      if (row === undefined) return undefined
+      await db.update(events).set({ ackedAt: sql`now()` }).where(and(eq(events.address, address), eq(events.seq, row.seq)))
+      return row
     },
 
     /** Marks events of one feed acknowledged: the listed ids and/or every id up to `upTo`. */

@@ -1,7 +1,6 @@
-import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { instanceSettings } from '../../db/settings.table.js'
-import { users } from '../users/users.table.js'
+import { createSettingsRepository } from '../../db/settings.repository.js'
+import { createUsersRepository } from '../users/users.repository.js'
 import { createKeysRepository, type CreatedKey } from './keys.repository.js'
 
 const DEMO_ADDRESS = 'demo'
@@ -13,14 +12,10 @@ const DEMO_ADDRESS = 'demo'
  */
 export async function seedDemoKey (db: Db): Promise<CreatedKey | undefined> {
   return db.transaction(async (tx) => {
-    const claimed = await tx.insert(instanceSettings)
-      .values({ key: 'demo_key_issued', value: sql`'true'::jsonb` })
-      .onConflictDoNothing()
-      .returning({ key: instanceSettings.key })
-    if (claimed.length === 0) return undefined
+    if (!await createSettingsRepository(tx).claimOnce('demo_key_issued')) return undefined
     const keys = createKeysRepository(tx)
     if (await keys.count() > 0) return undefined
-    await tx.insert(users).values({ address: DEMO_ADDRESS, displayName: 'Demo' }).onConflictDoNothing()
+    await createUsersRepository(tx).ensure({ address: DEMO_ADDRESS, displayName: 'Demo' })
     return keys.create(DEMO_ADDRESS)
   })
 }

@@ -8,7 +8,7 @@ import { UploadedFile } from '../../plugins/uploads.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { quotaHeaders } from '../quota/quota.repository.js'
 import { Readable } from 'node:stream'
-import { CHUNK_BYTES, createAttachmentStore, type AttachmentStore } from './attachment-store.js'
+import { CHUNK_BYTES, createAttachmentChunksRepository, type AttachmentChunksRepository } from './attachment-chunks.repository.js'
 import { parseRange } from './byte-range.js'
 import { contentDisposition } from './content-disposition.js'
 import { deleteMessage } from './delete-message.js'
@@ -32,7 +32,7 @@ export interface MessagesRoutesOptions {
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
   const coalescer = createSendCoalescer(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
-  const store = createAttachmentStore(db)
+  const store = createAttachmentChunksRepository(db)
 
   app.post('/message', {
     config: { acceptsFiles: true },
@@ -199,7 +199,7 @@ const CHUNKS_PER_READ = 4
  * Bytes `start`..`end` of a stored file, read a few chunks per query as the client takes them
  * (Readable.from pulls on demand, so a slow reader holds neither memory nor a connection).
  */
-async function * streamChunks (store: AttachmentStore, uploadId: string, start: number, end: number): AsyncGenerator<Buffer> {
+async function * streamChunks (store: AttachmentChunksRepository, uploadId: string, start: number, end: number): AsyncGenerator<Buffer> {
   const last = Math.floor(end / CHUNK_BYTES)
   for (let seq = Math.floor(start / CHUNK_BYTES); seq <= last; seq += CHUNKS_PER_READ) {
     const to = Math.min(last, seq + CHUNKS_PER_READ - 1)

@@ -2,16 +2,13 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared } from '../../db/rows.js'
-import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL } from '../events/events.repository.js'
+import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
-
-// Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value; the
-// one used before coalescing, so instances of both versions exclude each other during an upgrade).
-const IDEMPOTENCY_LOCK_SEED = 0x1de
 
 /** One send of a batch, to a user or a group, counted against its key's day. */
 export interface BatchSend {
-  keyId: string
+  /** The API key it counts against; null counts for no one (the test bot's replies). */
+  keyId: string | null
   /** The key's daily quota. */
   limit: number
   sender: string
@@ -27,7 +24,7 @@ export interface BatchSend {
   files: UploadedFile[]
   idempotencyKey?: string | undefined
   requestHash?: string | undefined
-  /** Whether this send holds its Idempotency-Key's advisory lock (holdIdempotencyLocks). */
+  /** Whether this send holds its Idempotency-Key's advisory lock (the idempotency repository's tryLocks). */
   lockHeld?: boolean
 }
 
@@ -68,20 +65,6 @@ interface OutcomeRow {
 }
 
 /**
- * Takes the Idempotency-Key locks of a batch's sends that carry one, without waiting (call it
- * inside the transaction that then writes the batch): true where the lock is now held, false
- * where a send still in flight holds it. The write is a later statement, so its snapshot sees
- * every record committed before the lock was taken.
- */
-export async function holdIdempotencyLocks (tx: Db, sends: BatchSend[]): Promise<boolean[]> {
-  const keyed = sends.map((s) => s.idempotencyKey === undefined ? null : `${s.keyId} ${s.idempotencyKey}`)
-  const rows = await queryPrepared<{ held: boolean | null }>(tx, sql`
-    SELECT CASE WHEN k IS NULL THEN NULL ELSE pg_try_advisory_xact_lock(hashtextextended(k, ${IDEMPOTENCY_LOCK_SEED}::bigint)) END AS held
-    FROM unnest(${sql.param(keyed)}::text[]) WITH ORDINALITY AS t(k, ord) ORDER BY ord`)
-  return rows.map((r) => r.held === true)
-}
-
-/**
  * The files' bytes, as an array of one parameter each: pg sends a Buffer parameter as it is
  * (binary), but an array of them as text, every byte twice in hex and escaped, which cost a
  * multipart send more of Node's time than parsing it did. Slots are padded to a power of two,
@@ -114,10 +97,9 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
 
 /**
  * Writes a batch of sends in one statement, so the batch costs one commit, one WAL flush
- * and one NOTIFY however many sends it holds; each send keeps its own outcome. Per send, as
- * deliverMessage does for one: a recipient that is no user, or a deactivated one, writes
- * nothing; a held Idempotency-Key with a live record writes nothing (the caller replays or
- * refuses); the rest ask for quota.
+ * and one NOTIFY however many sends it holds; each send keeps its own outcome. Per send: a
+ * recipient that is no user, or a deactivated one, writes nothing; a held Idempotency-Key with a live record writes nothing (the caller replays or
+ * refuses); the rest ask for quota, but those of no key (keyId null), which go uncounted.
  *
  * Quota is asked per key, all or nothing: a key's n sends are counted together only if all n
  * fit under its limit (`count + n <= limit`), the row locked by the upsert, keys in order. When
@@ -185,7 +167,7 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
           OR EXISTS (SELECT 1 FROM grouped WHERE grouped.ord = input.ord AND grouped.member))
         AND (input.idem_key IS NULL OR input.held) AND NOT EXISTS (SELECT 1 FROM earlier WHERE earlier.ord = input.ord)
     ), wanted AS (
-      SELECT key_id, count(*)::int AS n, min(lim) AS lim FROM eligible GROUP BY key_id
+      SELECT key_id, count(*)::int AS n, min(lim) AS lim FROM eligible WHERE key_id IS NOT NULL GROUP BY key_id
     ), counted AS (
       INSERT INTO quota_usage AS q (key_id, day, count)
       SELECT key_id, ${day}::date, n FROM wanted WHERE n <= lim ORDER BY key_id
@@ -196,23 +178,19 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       SELECT eligible.*,
         counted.count - count(*) OVER (PARTITION BY eligible.key_id) + row_number() OVER (PARTITION BY eligible.key_id ORDER BY eligible.ord) AS used
       FROM eligible JOIN counted ON counted.key_id = eligible.key_id
+      UNION ALL
+      SELECT eligible.*, NULL::bigint AS used FROM eligible WHERE eligible.key_id IS NULL
     ), fanout AS (
       SELECT granted.ord, granted.recipient AS address FROM granted WHERE NOT granted.to_group
       UNION ALL
       SELECT granted.ord, m.address FROM granted JOIN group_members m ON m.group_id = granted.recipient
         JOIN users u ON u.address = m.address AND u.deactivated_at IS NULL
       WHERE granted.to_group AND m.address <> granted.sender
-    ), locked AS (
-      -- After every quota row: granted's window functions sort all of eligible JOIN counted, so
-      -- counted has run to completion (its rows locked) before fanout yields a row. Keep a
-      -- window (or another full read of counted) in granted, or sends may deadlock each other.
-      SELECT address FROM users WHERE address IN (SELECT address FROM fanout) ORDER BY address FOR NO KEY UPDATE
-    ), feed AS (
-      UPDATE users SET event_seq = users.event_seq + g.n
-      FROM (SELECT address, count(*) AS n FROM fanout GROUP BY address) AS g
-      WHERE users.address = g.address AND users.address IN (SELECT address FROM locked)
-      RETURNING users.address, users.event_seq, g.n
-    ), clock AS (
+    ),
+    -- After every quota row: granted's window functions sort all of eligible JOIN counted, so
+    -- counted has run to completion (its rows locked) before fanout yields a row. Keep a
+    -- window (or another full read of counted) in granted, or sends may deadlock each other.
+    ${takeFeedIds(sql`fanout`)}, clock AS (
       SELECT at, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS iso
       FROM (SELECT date_trunc('milliseconds', now()) AS at) AS t
     ), sent AS (

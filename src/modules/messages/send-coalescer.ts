@@ -3,10 +3,11 @@ import { isDatabaseUnavailable } from '../../db/errors.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
-import { holdGroups, holdIdempotencyLocks, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
+import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
+import { createIdempotencyRepository, IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
 import type { Message } from './messages.schemas.js'
 import {
-  IDEMPOTENCY_WINDOW_MS, IdempotencyInProgress, IdempotencyMismatch, newMessage, quotaStateOf, RecipientDeactivated, replay,
+  IdempotencyInProgress, IdempotencyMismatch, newMessage, quotaStateOf, RecipientDeactivated, replay,
   requestHash, userAddress, type SendInput, type SendResult
 } from './send-message.js'
 
@@ -141,7 +142,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       let rows = 0
       for (let i = 0; i < queue.length && batch.length < maxBatch;) {
         const p = queue[i]!
-        const apiKey = p.send.keyId
+        const apiKey = p.input.principal.keyId
         const hasKey = p.send.idempotencyKey !== undefined
         const cost = rowBudget === Infinity ? 0 : groupSizes.get(p.send.recipient) ?? rowBudget
         if (keyed.has(apiKey) || (hasKey && apiKeys.has(apiKey)) || (batch.length > 0 && rows + cost > rowBudget)) {
@@ -177,8 +178,8 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       outcomes = keyed || groups.length > 0
         ? await db.transaction(async (tx) => {
           if (keyed) {
-            const held = await holdIdempotencyLocks(tx, sends)
-            sends.forEach((s, i) => { s.lockHeld = held[i] })
+            const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
+            sends.forEach((s, i) => { s.lockHeld = held[i] === true })
           }
           if (groups.length > 0) await holdGroups(tx, groups)
           return writeBatch(tx, day, since, sends)

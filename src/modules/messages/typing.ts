@@ -1,6 +1,4 @@
-import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { queryRows } from '../../db/rows.js'
 import { transaction } from '../../db/retry.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
@@ -22,21 +20,12 @@ function sweep (now: number): void {
   for (const [key, expires] of liveGroupTyping) if (expires <= now) liveGroupTyping.delete(key)
 }
 
-/**
- * The expiry of an event written now, on the database's clock: the event's createdAt is the
- * transaction's now(), so both times come from one clock (#14.8).
- */
-async function expiryFromNow (tx: Db): Promise<Date> {
-  const [row] = await queryRows<{ now: string | Date, expires: string | Date }>(tx,
-    sql`SELECT now() AS now, now() + make_interval(secs => ${TYPING_TTL_MS / 1000}) AS expires`)
-  return new Date(row!.expires)
-}
-
 /** typing.started to the recipient (or each other member of a group), lapsing after 15 s. */
 export async function startTyping (db: Db, from: string, to: string): Promise<void> {
   await transaction(db, async (tx) => {
     const target = await resolveRecipients(tx, from, to)
-    const expiresAt = await expiryFromNow(tx)
+    const feeds = createEventsRepository(tx)
+    const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
     const key = `${from}|${target.recipient}`
     if (isGroupId(target.recipient)) {
       const now = expiresAt.getTime() - TYPING_TTL_MS
@@ -44,7 +33,7 @@ export async function startTyping (db: Db, from: string, to: string): Promise<vo
       const live = liveGroupTyping.get(key)
       if (live !== undefined && live - now > TYPING_TTL_MS / 2) return
     }
-    await createEventsRepository(tx).append(target.addresses.map((address) => ({
+    await feeds.append(target.addresses.map((address) => ({
       address, type: 'typing.started', data: { from, to: target.recipient, expiresAt: expiresAt.toISOString() }, expiresAt
     })))
     if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
@@ -55,14 +44,15 @@ export async function startTyping (db: Db, from: string, to: string): Promise<vo
 export async function stopTyping (db: Db, from: string, to: string): Promise<void> {
   await transaction(db, async (tx) => {
     const target = await resolveRecipients(tx, from, to)
-    const expiresAt = await expiryFromNow(tx)
+    const feeds = createEventsRepository(tx)
+    const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
     if (isGroupId(target.recipient)) {
       const key = `${from}|${target.recipient}`
       sweep(expiresAt.getTime() - TYPING_TTL_MS)
       if (!liveGroupTyping.has(key)) return
       liveGroupTyping.delete(key)
     }
-    await createEventsRepository(tx).append(target.addresses.map((address) => ({
+    await feeds.append(target.addresses.map((address) => ({
       address, type: 'typing.stopped', data: { from, to: target.recipient }, expiresAt
     })))
   })

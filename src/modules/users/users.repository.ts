@@ -29,6 +29,12 @@ export function createUsersRepository (db: Db) {
       }
     },
 
+    /** Creates a user unless the address is taken (then leaves that user as it is). */
+    async ensure (user: NewUser): Promise<void> {
+      await db.insert(users).values({ address: user.address.toLowerCase(), displayName: user.displayName ?? null, bot: user.bot ?? false })
+        .onConflictDoNothing()
+    },
+
     /** Which of these addresses are users, in one query. */
     async existing (addresses: string[]): Promise<Set<string>> {
       if (addresses.length === 0) return new Set()

@@ -2,7 +2,7 @@ import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
 import { createEventsRepository } from '../../../src/modules/events/events.repository.js'
-import { purgeExpired } from '../../../src/modules/events/retention.js'
+import { purgeExpired } from '../../../src/modules/retention/retention.js'
 import { build } from '../../helper.js'
 
 async function sendMany (caller: { post: (url: string, body: Record<string, unknown>) => Promise<{ statusCode: number }> }, to: string, n: number) {

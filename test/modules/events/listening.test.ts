@@ -1,6 +1,6 @@
 import t from 'tap'
 import pg from 'pg'
-import { purgeExpired } from '../../../src/modules/events/retention.js'
+import { purgeExpired } from '../../../src/modules/retention/retention.js'
 import { build } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
 

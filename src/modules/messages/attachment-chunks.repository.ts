@@ -18,7 +18,7 @@ const STAGED_TTL_MS = 60 * 60 * 1000
  * connection is taken and released per chunk, never held while a client is still sending.
  * Buffers travel to `pg` as binary parameters (node-postgres sends a Buffer in binary format).
  */
-export function createAttachmentStore (db: Db) {
+export function createAttachmentChunksRepository (db: Db) {
   return {
     async stage (uploadId: string, seq: number, data: Buffer): Promise<void> {
       await db.insert(attachmentChunks).values({ uploadId, seq, data })
@@ -52,4 +52,4 @@ export function createAttachmentStore (db: Db) {
   }
 }
 
-export type AttachmentStore = ReturnType<typeof createAttachmentStore>
+export type AttachmentChunksRepository = ReturnType<typeof createAttachmentChunksRepository>

@@ -1,13 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { queryRows } from '../../db/rows.js'
-import { idempotencyKeys } from '../messages/idempotency.table.js'
-import { createAttachmentStore } from '../messages/attachment-store.js'
-import { createQuotaRepository } from '../quota/quota.repository.js'
-import { createEventsRepository } from './events.repository.js'
-import { createWebhooksRepository } from '../webhooks/webhooks.repository.js'
 import { loggableError } from '../../db/errors.js'
+import { createSettingsRepository } from '../../db/settings.repository.js'
+import { createEventsRepository } from '../events/events.repository.js'
+import { createAttachmentChunksRepository } from '../messages/attachment-chunks.repository.js'
+import { createIdempotencyRepository } from '../messages/idempotency.repository.js'
+import { createQuotaRepository } from '../quota/quota.repository.js'
+import { createWebhooksRepository } from '../webhooks/webhooks.repository.js'
 
 const EVERY_MS = 10 * 60 * 1000
 // "parley retention": one instance at a time does the sweep.
@@ -22,19 +21,14 @@ const RETENTION_LOCK_KEY = 0x70726574
  */
 export async function purgeExpired (db: Db, minIntervalMs = 0): Promise<{ ran: boolean, events: number }> {
   return db.transaction(async (tx) => {
-    const [lock] = await queryRows<{ locked: boolean }>(tx, sql`SELECT pg_try_advisory_xact_lock(${RETENTION_LOCK_KEY}) AS locked`)
-    if (lock?.locked !== true) return { ran: false, events: 0 }
-    const claimed = await queryRows<{ key: string }>(tx, sql`
-      INSERT INTO instance_settings (key, value, updated_at) VALUES ('retention_swept', 'true'::jsonb, now())
-      ON CONFLICT (key) DO UPDATE SET updated_at = now()
-      WHERE instance_settings.updated_at <= now() - make_interval(secs => ${minIntervalMs / 1000})
-      RETURNING key`)
-    if (claimed.length === 0) return { ran: false, events: 0 }
+    const settings = createSettingsRepository(tx)
+    if (!await settings.tryLock(RETENTION_LOCK_KEY)) return { ran: false, events: 0 }
+    if (!await settings.claimEvery('retention_swept', minIntervalMs)) return { ran: false, events: 0 }
     const purged = await createEventsRepository(tx).purge()
-    await tx.delete(idempotencyKeys).where(lte(idempotencyKeys.createdAt, sql`now() - interval '24 hours'`))
+    await createIdempotencyRepository(tx).purge()
     await createQuotaRepository(tx).purge()
     // Chunks of uploads that a crash (SIGKILL mid-upload) left unclaimed.
-    await createAttachmentStore(tx).sweep()
+    await createAttachmentChunksRepository(tx).sweep()
     await createWebhooksRepository(tx).purgeLog()
     return { ran: true, events: purged }
   })

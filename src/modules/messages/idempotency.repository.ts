@@ -1,0 +1,41 @@
+import { lte, sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { queryPrepared } from '../../db/rows.js'
+import { idempotencyKeys } from './idempotency.table.js'
+
+/** How long an Idempotency-Key answers for its send. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
+
+// Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value; the
+// one used before coalescing, so instances of both versions exclude each other during an upgrade).
+const LOCK_SEED = 0x1de
+
+/** An Idempotency-Key as its lock and record know it: per API key. */
+export interface HeldKey { keyId: string, idempotencyKey: string }
+
+/**
+ * Idempotency-Key records (written with their send, in the batch statement) and the locks that
+ * keep two sends under one key from both going.
+ */
+export function createIdempotencyRepository (db: Db) {
+  return {
+    /**
+     * Takes the locks of these keys without waiting (call it inside the transaction that then
+     * writes their sends): true where the lock is now held, false where a send still in flight
+     * holds it, null where there is no key. The write is a later statement, so its snapshot
+     * sees every record committed before the lock was taken.
+     */
+    async tryLocks (keys: (HeldKey | undefined)[]): Promise<(boolean | null)[]> {
+      const names = keys.map((k) => k === undefined ? null : `${k.keyId} ${k.idempotencyKey}`)
+      const rows = await queryPrepared<{ held: boolean | null }>(db, sql`
+        SELECT CASE WHEN k IS NULL THEN NULL ELSE pg_try_advisory_xact_lock(hashtextextended(k, ${LOCK_SEED}::bigint)) END AS held
+        FROM unnest(${sql.param(names)}::text[]) WITH ORDINALITY AS t(k, ord) ORDER BY ord`)
+      return rows.map((r) => r.held)
+    },
+
+    /** Retention: records past the window answer nothing any more. */
+    async purge (): Promise<void> {
+      await db.delete(idempotencyKeys).where(lte(idempotencyKeys.createdAt, sql`now() - make_interval(secs => ${IDEMPOTENCY_WINDOW_MS / 1000})`))
+    }
+  }
+}
