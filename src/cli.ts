@@ -6,7 +6,7 @@ import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { isAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
-import { isScope, SCOPES } from './modules/keys/scopes.js'
+import { isScope, SCOPES } from './scopes.js'
 import { toAdminUser, toUser } from './modules/users/users.schemas.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
 

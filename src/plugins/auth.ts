@@ -6,7 +6,7 @@ import { clientNetwork } from './rate-limit.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
 import { Forbidden, Internal, RateLimited, Unauthorized, Unavailable } from '../errors.js'
 import type { Authenticator, Principal } from '../modules/keys/authenticator.js'
-import { requiredScope, type Scope } from '../modules/keys/scopes.js'
+import { requiredScope, type Scope } from '../scopes.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client.js'
 import { createKeysRepository, type KeyForAuth } from './keys.repository.js'
-import { isScope, type Scope } from './scopes.js'
+import { isScope, type Scope } from '../../scopes.js'
 import { secretMatches } from './secrets.js'
 
 /** Who a verified request acts as. */

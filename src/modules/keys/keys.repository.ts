@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
 import { apiKeys, type ApiKeyRow } from './keys.table.js'
-import { DEFAULT_SCOPES, type Scope } from './scopes.js'
+import { DEFAULT_SCOPES, type Scope } from '../../scopes.js'
 import { hashSecret, newKeyId, newSecret } from './secrets.js'
 
 export interface CreatedKey {

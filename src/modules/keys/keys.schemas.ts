@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox'
 import { Timestamp } from '../../schemas.js'
 import type { ApiKey } from './keys.repository.js'
-import { SCOPES } from './scopes.js'
+import { SCOPES } from '../../scopes.js'
 
 export const ScopeSchema = Type.Union(SCOPES.map((s) => Type.Literal(s)), {
   description: 'read: every GET and the reads that are POSTs; send: every other write outside /admin; admin: /admin'
