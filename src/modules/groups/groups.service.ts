@@ -4,7 +4,8 @@ import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository, type EventType } from '../events/events.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
-import { createGroupsRepository, type Group, type GroupsRepository } from './groups.repository.js'
+import { createGroupsRepository, type GroupsRepository } from './groups.repository.js'
+import type { Group } from './groups.schemas.js'
 import type { GroupRow } from './groups.table.js'
 
 /** A group the caller belongs to; unknown 404, not a member 403. */
