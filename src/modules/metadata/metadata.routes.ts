@@ -1,30 +1,16 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/retry.js'
 import { Forbidden, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
-import { AUTHENTICATED_ERRORS, errorResponses, Timestamp } from '../../schemas.js'
+import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { visibleEntity } from '../entities.js'
 import { createMetadataRepository } from './metadata.repository.js'
+import { EntityParams, MetadataPatch, MetadataSchema } from './metadata.schemas.js'
 
 export const MAX_METADATA_KEYS = 64
 export const MAX_METADATA_BYTES = 16 * 1024
 const KEY = /^[A-Za-z0-9._-]{1,64}$/
-
-const MetadataSchema = Type.Object({
-  entity: Type.String(),
-  metadata: Type.Record(Type.String(), Type.Unknown(), { description: 'Key → JSON value' }),
-  updatedAt: Type.Union([Timestamp, Type.Null()], { description: 'null while the map was never written' })
-}, { title: 'Metadata' })
-
-const EntityParams = Type.Object({
-  entity: Type.String({ minLength: 1, maxLength: 100, description: 'A user address, a group id or a message id' })
-})
-
-const MetadataPatch = Type.Record(Type.String(), Type.Unknown(), {
-  description: 'Keys (1-64 of A-Za-z0-9._-) to JSON values, merged into the map; null deletes a key. Form fields give strings.'
-})
 
 /** Applies a patch to a map: null deletes, anything else sets. */
 function merge (current: Record<string, unknown>, patch: Record<string, unknown>): Record<string, unknown> {
