@@ -7,8 +7,7 @@ import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { isAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
 import { isScope, SCOPES } from './scopes.js'
-import { toAdminUser, toUser } from './modules/users/users.schemas.js'
-import { createUsersRepository } from './modules/users/users.repository.js'
+import { createUsersRepository, toAdminUser, toUser } from './modules/users/users.repository.js'
 
 /** Each command: how it is called, what it does, and the options it takes besides --json/--help. */
 const COMMANDS: Record<string, { usage: string, does: string, options: string[] }> = {

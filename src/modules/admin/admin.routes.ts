@@ -4,10 +4,10 @@ import { NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress } from '../../ids.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { Authenticator } from '../keys/authenticator.js'
-import { createKeysRepository } from '../keys/keys.repository.js'
-import { KeySchema, toKey } from '../keys/keys.schemas.js'
-import { createUsersRepository } from '../users/users.repository.js'
-import { AdminUserSchema, toAdminUser } from '../users/users.schemas.js'
+import { createKeysRepository, toKey } from '../keys/keys.repository.js'
+import { KeySchema } from '../keys/keys.schemas.js'
+import { createUsersRepository, toAdminUser } from '../users/users.repository.js'
+import { AdminUserSchema } from '../users/users.schemas.js'
 import {
   AdminUserParams, CreatedKeySchema, CreateKeyBody, CreateUserBody, KeyList, KeyParams, ListKeysQuery, ListUsersQuery,
   UpdateKeyBody, UpdateUserBody, UserList

@@ -2,6 +2,8 @@ import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import type { MessageFields } from '../messages/messages.repository.js'
+import type { Message } from '../messages/messages.schemas.js'
+import type { Conversation } from './conversations.schemas.js'
 
 export interface ConversationRow {
   peer: string
@@ -12,6 +14,11 @@ export interface ConversationRow {
 
 /** Where a page stopped: the last conversation's newest message. */
 export interface ConversationsAfter { createdAt: string, id: string }
+
+/** A conversation's wire form: its row, with the wire form of its newest message. */
+export function toConversation (row: ConversationRow, lastMessage: Message): Conversation {
+  return { peer: row.peer, type: row.peer.startsWith('grp_') ? 'group' : 'user', lastMessage, unread: row.unread }
+}
 
 interface Row {
   peer: string

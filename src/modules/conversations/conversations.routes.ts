@@ -5,7 +5,7 @@ import { isMessageId } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
-import { createConversationsRepository, type ConversationsAfter } from './conversations.repository.js'
+import { createConversationsRepository, toConversation, type ConversationsAfter } from './conversations.repository.js'
 import { ConversationList, ListConversationsQuery } from './conversations.schemas.js'
 
 function encodeCursor (after: ConversationsAfter): string {
@@ -51,12 +51,7 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async 
     const views = await messages.viewMany(page.map((r) => r.last))
     const last = page.at(-1)
     return {
-      conversations: page.map((r, i) => ({
-        peer: r.peer,
-        type: r.peer.startsWith('grp_') ? 'group' as const : 'user' as const,
-        lastMessage: views[i]!,
-        unread: r.unread
-      })),
+      conversations: page.map((r, i) => toConversation(r, views[i]!)),
       nextCursor: rows.length > limit && last !== undefined
         ? encodeCursor({ createdAt: last.last.createdAt.toISOString(), id: last.last.id })
         : null

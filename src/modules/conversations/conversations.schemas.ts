@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { MessageSchema } from '../messages/messages.schemas.js'
 
 const ConversationSchema = Type.Object({
@@ -7,6 +7,8 @@ const ConversationSchema = Type.Object({
   lastMessage: MessageSchema,
   unread: Type.Integer({ minimum: 0, description: 'Messages from others in it whose status for the caller is not read' })
 }, { title: 'Conversation' })
+
+export type Conversation = Static<typeof ConversationSchema>
 
 export const ConversationList = Type.Object({
   conversations: Type.Array(ConversationSchema),

@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
+import type { Event } from './events.schemas.js'
 import { events, type EventRow } from './events.table.js'
 
 /** The NOTIFY channel: its payload is a comma-separated list of addresses whose feeds grew. */
@@ -24,13 +25,6 @@ export interface NewEvent {
   data: unknown
   messageId?: string
   expiresAt?: Date
-}
-
-export interface Event {
-  id: string
-  type: string
-  createdAt: string
-  data: unknown
 }
 
 export function toEvent (row: EventRow): Event {

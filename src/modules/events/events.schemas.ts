@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { Timestamp } from '../../schemas.js'
 
 const EventId = Type.String({ pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string' })
@@ -9,6 +9,8 @@ const EventSchema = Type.Object({
   createdAt: Timestamp,
   data: Type.Unknown({ description: 'Depends on the type (API.md §4 Events)' })
 }, { title: 'Event' })
+
+export type Event = Static<typeof EventSchema>
 
 export const ListEventsQuery = Type.Object({
   after: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', default: '0', description: 'Return events with a greater id; pass the `last` of the previous answer' })),

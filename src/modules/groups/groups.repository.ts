@@ -3,16 +3,8 @@ import type { Db } from '../../db/client.js'
 import { likePattern } from '../../db/like.js'
 import { newId } from '../../ids.js'
 import { users } from '../users/users.table.js'
+import type { Group } from './groups.schemas.js'
 import { groupMembers, groups, type GroupRow } from './groups.table.js'
-
-export interface Group {
-  id: string
-  name: string
-  owner: string
-  members: string[]
-  createdAt: string
-  updatedAt: string
-}
 
 export function toGroup (row: GroupRow, members: string[]): Group {
   return {

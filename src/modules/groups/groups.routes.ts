@@ -3,10 +3,9 @@ import type { Db } from '../../db/client.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { CreateGroupBody, GroupParams, GroupSchema, MembersBody, RenameGroupBody } from './groups.schemas.js'
-import { createGroupsService } from './groups.service.js'
+import { addGroupMembers, createGroup, deleteGroup, readGroup, removeGroupMembers, renameGroup } from './groups.service.js'
 
 export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: number }> = async (app, { db, maxGroupMembers }) => {
-  const service = createGroupsService(db, maxGroupMembers)
   const answers = (...statuses: number[]) => ({ 200: GroupSchema, ...errorResponses(...AUTHENTICATED_ERRORS, ...statuses) })
 
   app.post('/group', {
@@ -18,11 +17,11 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: CreateGroupBody,
       response: answers(404)
     }
-  }, async (req) => service.create(principalOf(req).address, req.body.name, req.body.members ?? []))
+  }, async (req) => createGroup(db, maxGroupMembers, principalOf(req).address, req.body.name, req.body.members ?? []))
 
   app.get('/group/:group', {
     schema: { tags: ['groups'], summary: 'Read a group', description: 'Members only.', params: GroupParams, response: answers(403, 404) }
-  }, async (req) => service.read(req.params.group, principalOf(req).address))
+  }, async (req) => readGroup(db, req.params.group, principalOf(req).address))
 
   app.post('/group/:group', {
     config: { admission: 'heavy' },
@@ -34,7 +33,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: RenameGroupBody,
       response: answers(403, 404)
     }
-  }, async (req) => service.rename(req.params.group, principalOf(req).address, req.body.name))
+  }, async (req) => renameGroup(db, req.params.group, principalOf(req).address, req.body.name))
 
   app.delete('/group/:group', {
     config: { admission: 'heavy' },
@@ -46,7 +45,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
   }, async (req, reply) => {
-    await service.remove(req.params.group, principalOf(req).address)
+    await deleteGroup(db, req.params.group, principalOf(req).address)
     return reply.code(204).send()
   })
 
@@ -60,7 +59,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: MembersBody,
       response: answers(403, 404)
     }
-  }, async (req) => service.addMembers(req.params.group, principalOf(req).address, req.body.members))
+  }, async (req) => addGroupMembers(db, maxGroupMembers, req.params.group, principalOf(req).address, req.body.members))
 
   app.post('/group/:group/members/remove', {
     config: { admission: 'heavy' },
@@ -73,5 +72,5 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: MembersBody,
       response: answers(403, 404)
     }
-  }, async (req) => service.removeMembers(req.params.group, principalOf(req).address, req.body.members))
+  }, async (req) => removeGroupMembers(db, req.params.group, principalOf(req).address, req.body.members))
 }

@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { GROUP_ID_PATTERN } from '../../ids.js'
 import { AddressParam, Timestamp } from '../../schemas.js'
 
@@ -10,6 +10,8 @@ export const GroupSchema = Type.Object({
   createdAt: Timestamp,
   updatedAt: Timestamp
 }, { title: 'Group' })
+
+export type Group = Static<typeof GroupSchema>
 
 export const GroupParams = Type.Object({
   group: Type.String({ pattern: GROUP_ID_PATTERN, description: 'A group id (grp_…)' })

@@ -4,7 +4,8 @@ import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository, type EventType } from '../events/events.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
-import { createGroupsRepository, type Group, type GroupsRepository } from './groups.repository.js'
+import { createGroupsRepository, type GroupsRepository } from './groups.repository.js'
+import type { Group } from './groups.schemas.js'
 import type { GroupRow } from './groups.table.js'
 
 /** A group the caller belongs to; unknown 404, not a member 403. */
@@ -44,84 +45,86 @@ async function tell (db: Db, addresses: string[], type: EventType, data: unknown
   await createEventsRepository(db).append(addresses.map((address) => ({ address, type, data })))
 }
 
-/**
+/*
  * Group changes: each in one transaction with the events it causes, sent to every member
  * (removed members included). A change locks the group row, so it never interleaves with a
  * group send (which holds the row FOR SHARE).
  */
-export function createGroupsService (db: Db, maxMembers: number) {
-  return {
-    async create (owner: string, name: string, members: string[]): Promise<Group> {
-      const unique = new Set([owner, ...members.map((a) => a.toLowerCase())])
-      requireRoom(unique.size, maxMembers)
-      return transaction(db, async (tx) => {
-        const group = await createGroupsRepository(tx).create(name, owner, await requireUsers(tx, members))
-        await tell(tx, group.members, 'group.created', { group })
-        return group
-      })
-    },
 
-    async read (id: string, address: string): Promise<Group> {
-      const groups = createGroupsRepository(db)
-      return groups.view(await memberGroup(groups, id, address))
-    },
+/** A new group; the owner is a member. Every member gets group.created. */
+export async function createGroup (db: Db, maxMembers: number, owner: string, name: string, members: string[]): Promise<Group> {
+  const unique = new Set([owner, ...members.map((a) => a.toLowerCase())])
+  requireRoom(unique.size, maxMembers)
+  return transaction(db, async (tx) => {
+    const group = await createGroupsRepository(tx).create(name, owner, await requireUsers(tx, members))
+    await tell(tx, group.members, 'group.created', { group })
+    return group
+  })
+}
 
-    async rename (id: string, address: string, name: string): Promise<Group> {
-      return transaction(db, async (tx) => {
-        const groups = createGroupsRepository(tx)
-        await ownedGroup(groups, id, address)
-        const group = await groups.view(await groups.rename(id, name))
-        await tell(tx, group.members, 'group.updated', { group })
-        return group
-      })
-    },
+/** A group, for its members. */
+export async function readGroup (db: Db, id: string, address: string): Promise<Group> {
+  const groups = createGroupsRepository(db)
+  return groups.view(await memberGroup(groups, id, address))
+}
 
-    async remove (id: string, address: string): Promise<void> {
-      await transaction(db, async (tx) => {
-        const groups = createGroupsRepository(tx)
-        await ownedGroup(groups, id, address)
-        const members = await groups.members(id)
-        await groups.remove(id)
-        // Its metadata goes with it (#14.7).
-        await createMetadataRepository(tx).remove(id)
-        await tell(tx, members, 'group.deleted', { group: id })
-      })
-    },
+/** The owner renames the group; every member gets group.updated. */
+export async function renameGroup (db: Db, id: string, address: string, name: string): Promise<Group> {
+  return transaction(db, async (tx) => {
+    const groups = createGroupsRepository(tx)
+    await ownedGroup(groups, id, address)
+    const group = await groups.view(await groups.rename(id, name))
+    await tell(tx, group.members, 'group.updated', { group })
+    return group
+  })
+}
 
-    async addMembers (id: string, address: string, addresses: string[]): Promise<Group> {
-      return transaction(db, async (tx) => {
-        const groups = createGroupsRepository(tx)
-        await ownedGroup(groups, id, address)
-        const wanted = await requireUsers(tx, addresses)
-        // Counted under the group's exclusive lock, so two racing adds cannot both fit.
-        const before = await groups.members(id)
-        requireRoom(new Set([...before, ...wanted]).size, maxMembers)
-        const added = await groups.addMembers(id, wanted)
-        const group = await groups.view((await groups.find(id))!)
-        if (added.length > 0) await tell(tx, group.members, 'group.members_added', { group: id, members: added })
-        return group
-      })
-    },
+/** The owner deletes the group and its metadata; every member gets group.deleted. */
+export async function deleteGroup (db: Db, id: string, address: string): Promise<void> {
+  await transaction(db, async (tx) => {
+    const groups = createGroupsRepository(tx)
+    await ownedGroup(groups, id, address)
+    const members = await groups.members(id)
+    await groups.remove(id)
+    // Its metadata goes with it (#14.7).
+    await createMetadataRepository(tx).remove(id)
+    await tell(tx, members, 'group.deleted', { group: id })
+  })
+}
 
-    /** The owner removes anyone but itself; a member removes only itself (leaving). */
-    async removeMembers (id: string, address: string, addresses: string[]): Promise<Group> {
-      return transaction(db, async (tx) => {
-        const groups = createGroupsRepository(tx)
-        const row = await memberGroup(groups, id, address, 'update')
-        const leaving = [...new Set(addresses.map((a) => a.toLowerCase()))]
-        if (row.owner === address && leaving.includes(address)) {
-          throw new ValidationFailed(`members: the owner cannot leave group ${id}; delete the group instead`)
-        }
-        if (row.owner !== address && leaving.some((a) => a !== address)) {
-          throw new Forbidden(`only the owner of group ${id} may remove other members`)
-        }
-        const before = await groups.members(id)
-        const absent = leaving.find((a) => !before.includes(a))
-        if (absent !== undefined) throw new NotFound('member', `${absent} of group ${id}`)
-        await groups.removeMembers(id, leaving)
-        await tell(tx, before, 'group.members_removed', { group: id, members: leaving.sort() })
-        return groups.view((await groups.find(id))!)
-      })
+/** The owner adds users; when any is new, every member gets group.members_added with those. */
+export async function addGroupMembers (db: Db, maxMembers: number, id: string, address: string, addresses: string[]): Promise<Group> {
+  return transaction(db, async (tx) => {
+    const groups = createGroupsRepository(tx)
+    await ownedGroup(groups, id, address)
+    const wanted = await requireUsers(tx, addresses)
+    // Counted under the group's exclusive lock, so two racing adds cannot both fit.
+    const before = await groups.members(id)
+    requireRoom(new Set([...before, ...wanted]).size, maxMembers)
+    const added = await groups.addMembers(id, wanted)
+    const group = await groups.view((await groups.find(id))!)
+    if (added.length > 0) await tell(tx, group.members, 'group.members_added', { group: id, members: added })
+    return group
+  })
+}
+
+/** The owner removes anyone but itself; a member removes only itself (leaving). */
+export async function removeGroupMembers (db: Db, id: string, address: string, addresses: string[]): Promise<Group> {
+  return transaction(db, async (tx) => {
+    const groups = createGroupsRepository(tx)
+    const row = await memberGroup(groups, id, address, 'update')
+    const leaving = [...new Set(addresses.map((a) => a.toLowerCase()))]
+    if (row.owner === address && leaving.includes(address)) {
+      throw new ValidationFailed(`members: the owner cannot leave group ${id}; delete the group instead`)
     }
-  }
+    if (row.owner !== address && leaving.some((a) => a !== address)) {
+      throw new Forbidden(`only the owner of group ${id} may remove other members`)
+    }
+    const before = await groups.members(id)
+    const absent = leaving.find((a) => !before.includes(a))
+    if (absent !== undefined) throw new NotFound('member', `${absent} of group ${id}`)
+    await groups.removeMembers(id, leaving)
+    await tell(tx, before, 'group.members_removed', { group: id, members: leaving.sort() })
+    return groups.view((await groups.find(id))!)
+  })
 }

@@ -2,8 +2,9 @@ import { asc, eq, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
+import type { Key } from './keys.schemas.js'
 import { apiKeys, type ApiKeyRow } from './keys.table.js'
-import { DEFAULT_SCOPES, type Scope } from '../../scopes.js'
+import { DEFAULT_SCOPES, SCOPES, type Scope } from '../../scopes.js'
 import { hashSecret, newKeyId, newSecret } from './secrets.js'
 
 export interface CreatedKey {
@@ -13,6 +14,19 @@ export interface CreatedKey {
 }
 
 export type ApiKey = Omit<ApiKeyRow, 'secretHash'>
+
+export function toKey (key: ApiKey): Key {
+  return {
+    keyId: key.id,
+    address: key.address,
+    scopes: key.scopes.filter((s): s is Key['scopes'][number] => (SCOPES as readonly string[]).includes(s)),
+    dailyQuota: key.dailyQuota,
+    expiresAt: key.expiresAt?.toISOString() ?? null,
+    lastUsedAt: key.lastUsedAt?.toISOString() ?? null,
+    createdAt: key.createdAt.toISOString(),
+    revokedAt: key.revokedAt?.toISOString() ?? null
+  }
+}
 
 /** A key as authentication sees it: with its hash, and whether its user is deactivated. */
 export type KeyForAuth = ApiKeyRow & { userDeactivatedAt: Date | null }

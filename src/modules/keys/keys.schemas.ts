@@ -1,6 +1,5 @@
 import { Type, type Static } from 'typebox'
 import { Timestamp } from '../../schemas.js'
-import type { ApiKey } from './keys.repository.js'
 import { SCOPES } from '../../scopes.js'
 
 export const ScopeSchema = Type.Union(SCOPES.map((s) => Type.Literal(s)), {
@@ -19,16 +18,3 @@ export const KeySchema = Type.Object({
 }, { title: 'Key', description: 'An API key, never with its secret' })
 
 export type Key = Static<typeof KeySchema>
-
-export function toKey (key: ApiKey): Key {
-  return {
-    keyId: key.id,
-    address: key.address,
-    scopes: key.scopes.filter((s): s is Key['scopes'][number] => (SCOPES as readonly string[]).includes(s)),
-    dailyQuota: key.dailyQuota,
-    expiresAt: key.expiresAt?.toISOString() ?? null,
-    lastUsedAt: key.lastUsedAt?.toISOString() ?? null,
-    createdAt: key.createdAt.toISOString(),
-    revokedAt: key.revokedAt?.toISOString() ?? null
-  }
-}

@@ -62,6 +62,8 @@ export const MessageStatusSchema = Type.Object({
   }))
 }, { title: 'MessageStatus' })
 
+export type MessageStatus = Static<typeof MessageStatusSchema>
+
 export const ReportStatusBody = Type.Object({
   message: Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message id (msg_…)' }),
   status: Type.Union([Type.Literal('delivered'), Type.Literal('read')], { description: 'delivered or read; read implies delivered' })

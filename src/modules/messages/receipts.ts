@@ -4,12 +4,7 @@ import { Forbidden, NotFound } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
-import type { DeliveryStatus } from './messages.table.js'
-
-export interface MessageStatus {
-  message: string
-  recipients: { address: string, status: DeliveryStatus, updatedAt: string }[]
-}
+import type { MessageStatus } from './messages.schemas.js'
 
 /** The sender sees every recipient's status; a recipient sees only its own. */
 export async function messageStatus (db: Db, id: string, address: string): Promise<MessageStatus> {

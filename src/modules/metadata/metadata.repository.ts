@@ -1,11 +1,11 @@
 import { eq } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { metadata } from './metadata.table.js'
+import type { Metadata } from './metadata.schemas.js'
+import { metadata, type MetadataRow } from './metadata.table.js'
 
-export interface MetadataMap {
-  entity: string
-  metadata: Record<string, unknown>
-  updatedAt: string | null
+/** An entity's map from its row; an entity never written has none, and an empty map. */
+function toMetadata (entity: string, row: MetadataRow | undefined): Metadata {
+  return { entity, metadata: row?.data ?? {}, updatedAt: row?.updatedAt.toISOString() ?? null }
 }
 
 export function createMetadataRepository (db: Db) {
@@ -20,17 +20,17 @@ export function createMetadataRepository (db: Db) {
       await db.insert(metadata).values({ entity, data: {} }).onConflictDoNothing({ target: metadata.entity })
     },
 
-    async get (entity: string, lock = false): Promise<MetadataMap> {
+    async get (entity: string, lock = false): Promise<Metadata> {
       const query = db.select().from(metadata).where(eq(metadata.entity, entity))
       const [row] = lock ? await query.for('update') : await query
-      return { entity, metadata: row?.data ?? {}, updatedAt: row?.updatedAt.toISOString() ?? null }
+      return toMetadata(entity, row)
     },
 
-    async put (entity: string, data: Record<string, unknown>): Promise<MetadataMap> {
+    async put (entity: string, data: Record<string, unknown>): Promise<Metadata> {
       const now = new Date()
       await db.insert(metadata).values({ entity, data, updatedAt: now })
         .onConflictDoUpdate({ target: metadata.entity, set: { data, updatedAt: now } })
-      return { entity, metadata: data, updatedAt: now.toISOString() }
+      return toMetadata(entity, { entity, data, updatedAt: now })
     },
 
     /** Drops an entity's map; call it in the transaction that deletes the message or group. */

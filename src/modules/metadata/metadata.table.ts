@@ -7,3 +7,5 @@ export const metadata = pgTable('metadata', {
   data: jsonb('data').$type<Record<string, unknown>>().notNull(),
   updatedAt: timestamptz('updated_at').notNull().defaultNow()
 })
+
+export type MetadataRow = typeof metadata.$inferSelect

@@ -1,13 +1,7 @@
 import { and, asc, eq, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import type { RosterEntry } from './roster.schemas.js'
 import { rosterEntries, type RosterRow } from './roster.table.js'
-
-export interface RosterEntry {
-  entity: string
-  type: 'user' | 'group'
-  name: string | null
-  addedAt: string
-}
 
 export function toRosterEntry (row: RosterRow): RosterEntry {
   return { entity: row.entity, type: row.type, name: row.name, addedAt: row.addedAt.toISOString() }

@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { Timestamp } from '../../schemas.js'
 
 export const RosterEntrySchema = Type.Object({
@@ -7,6 +7,8 @@ export const RosterEntrySchema = Type.Object({
   name: Type.Union([Type.String(), Type.Null()], { description: 'The caller\'s own name for the contact' }),
   addedAt: Timestamp
 }, { title: 'RosterEntry' })
+
+export type RosterEntry = Static<typeof RosterEntrySchema>
 
 export const RosterSchema = Type.Object({ entries: Type.Array(RosterEntrySchema) })
 

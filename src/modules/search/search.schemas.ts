@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { GroupSchema } from '../groups/groups.schemas.js'
 import { MessageSchema } from '../messages/messages.schemas.js'
 import { UserSchema } from '../users/users.schemas.js'
@@ -22,3 +22,5 @@ export const SearchResults = Type.Object({
   ])),
   nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
 }, { description: 'Messages newest first, then users by address, then groups by name' })
+
+export type SearchResult = Static<typeof SearchResults>['results'][number]

@@ -3,18 +3,11 @@ import { TimeLimitExceeded, withinTimeLimit } from '../../db/time-limit.js'
 import { Unavailable, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, isMessageId } from '../../ids.js'
 import { entityKind, visibleEntity } from '../entities.js'
-import { createGroupsRepository, toGroup, type Group } from '../groups/groups.repository.js'
+import { createGroupsRepository, toGroup } from '../groups/groups.repository.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
-import type { Message } from '../messages/messages.schemas.js'
-import { createUsersRepository } from '../users/users.repository.js'
-import { toUser, type User } from '../users/users.schemas.js'
+import { createUsersRepository, toUser } from '../users/users.repository.js'
 import { prefixQuery, searchMessages, type Conversation } from './message-search.js'
-import { SEARCH_TYPES, type SearchType } from './search.schemas.js'
-
-export type SearchResult =
-  | { type: 'message', message: Message }
-  | { type: 'user', user: User }
-  | { type: 'group', group: Group }
+import { SEARCH_TYPES, type SearchResult, type SearchType } from './search.schemas.js'
 
 export interface SearchInput {
   viewer: string

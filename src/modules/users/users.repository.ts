@@ -4,12 +4,21 @@ import type { Db } from '../../db/client.js'
 import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
 import { Conflict } from '../../errors.js'
 import { likePattern } from '../../db/like.js'
+import type { AdminUser, User } from './users.schemas.js'
 import { users, type UserRow } from './users.table.js'
 
 export interface NewUser {
   address: string
   displayName?: string | null | undefined
   bot?: boolean
+}
+
+export function toUser (row: UserRow): User {
+  return { address: row.address, displayName: row.displayName, bot: row.bot, createdAt: row.createdAt.toISOString() }
+}
+
+export function toAdminUser (row: UserRow): AdminUser {
+  return { ...toUser(row), deactivatedAt: row.deactivatedAt?.toISOString() ?? null }
 }
 
 export function createUsersRepository (db: Db) {

@@ -3,9 +3,9 @@ import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createKeysRepository } from '../keys/keys.repository.js'
-import { createUsersRepository } from './users.repository.js'
+import { createUsersRepository, toUser } from './users.repository.js'
 import { principalOf } from '../../plugins/auth.js'
-import { toUser, UserParams, UserSchema, WhoamiSchema } from './users.schemas.js'
+import { UserParams, UserSchema, WhoamiSchema } from './users.schemas.js'
 
 export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   const users = createUsersRepository(db)

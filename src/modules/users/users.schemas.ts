@@ -1,6 +1,5 @@
 import { Type, type Static } from 'typebox'
 import { AddressParam, Timestamp } from '../../schemas.js'
-import type { UserRow } from './users.table.js'
 
 export const UserSchema = Type.Object({
   address: Type.String({ description: 'The user address, lower-case' }),
@@ -19,15 +18,7 @@ export const AdminUserSchema = Type.Object({
 
 export type AdminUser = Static<typeof AdminUserSchema>
 
-export function toAdminUser (row: UserRow): AdminUser {
-  return { ...toUser(row), deactivatedAt: row.deactivatedAt?.toISOString() ?? null }
-}
-
 export const UserParams = Type.Object({ user: AddressParam })
-
-export function toUser (row: UserRow): User {
-  return { address: row.address, displayName: row.displayName, bot: row.bot, createdAt: row.createdAt.toISOString() }
-}
 
 export const WhoamiSchema = Type.Object({
   user: UserSchema,

@@ -2,7 +2,17 @@ import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, sql } from
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { events, type EventRow } from '../events/events.table.js'
+import type { Webhook, WebhookDelivery } from './webhooks.schemas.js'
 import { webhookDeliveries, webhooks, type WebhookDeliveryRow, type WebhookRow } from './webhooks.table.js'
+
+/** A webhook as its owner sees it: never with its secret. */
+export function toWebhook (w: WebhookRow): Webhook {
+  return { id: w.id, url: w.url, events: w.events, createdAt: w.createdAt.toISOString(), disabledAt: w.disabledAt?.toISOString() ?? null }
+}
+
+export function toWebhookDelivery (d: WebhookDeliveryRow): WebhookDelivery {
+  return { event: String(d.eventId), status: d.status, attempts: d.attempts, lastError: d.lastError, lastAttemptAt: d.lastAttemptAt?.toISOString() ?? null }
+}
 
 /** What one delivery attempt came to, to record. */
 export interface Attempt {

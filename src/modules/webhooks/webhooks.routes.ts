@@ -8,11 +8,11 @@ import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.j
 import type { WebhookDispatcher } from './webhook-dispatcher.js'
 import type { SecretBox } from './webhook-secrets.js'
 import { checkWebhookTarget, parseWebhookUrl } from './webhook-target.js'
-import { createWebhooksRepository } from './webhooks.repository.js'
+import { createWebhooksRepository, toWebhook, toWebhookDelivery } from './webhooks.repository.js'
 import {
   CreatedWebhookSchema, CreateWebhookBody, DeliveriesQuery, DeliveryListSchema, RedeliverBody, WebhookListSchema, WebhookParams
 } from './webhooks.schemas.js'
-import type { WebhookDeliveryRow, WebhookRow } from './webhooks.table.js'
+import type { WebhookRow } from './webhooks.table.js'
 
 /** Webhooks one user may have: each event of the feed is sent once to each. */
 const MAX_WEBHOOKS_PER_USER = 10
@@ -25,14 +25,6 @@ export interface WebhooksRoutesOptions {
   secrets: SecretBox
   allowPrivate: boolean
 }
-
-const toWebhook = (w: WebhookRow) => ({
-  id: w.id, url: w.url, events: w.events, createdAt: w.createdAt.toISOString(), disabledAt: w.disabledAt?.toISOString() ?? null
-})
-
-const toDelivery = (d: WebhookDeliveryRow) => ({
-  event: String(d.eventId), status: d.status, attempts: d.attempts, lastError: d.lastError, lastAttemptAt: d.lastAttemptAt?.toISOString() ?? null
-})
 
 export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = async (app, { db, dispatcher, secrets, allowPrivate }) => {
   const webhooks = createWebhooksRepository(db)
@@ -109,7 +101,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
     const limit = req.query.limit ?? 50
     const rows = await webhooks.deliveries(webhook.id, limit + 1, req.query.cursor === undefined ? undefined : Number(req.query.cursor))
     const page = rows.slice(0, limit)
-    return { deliveries: page.map(toDelivery), nextCursor: rows.length > limit ? String(page.at(-1)!.eventId) : null }
+    return { deliveries: page.map(toWebhookDelivery), nextCursor: rows.length > limit ? String(page.at(-1)!.eventId) : null }
   })
 
   app.post('/webhooks/:id/redeliver', {

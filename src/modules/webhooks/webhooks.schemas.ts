@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { Timestamp } from '../../schemas.js'
 import { EVENT_TYPES } from '../events/events.repository.js'
 
@@ -15,6 +15,8 @@ const WebhookSchema = Type.Object({
   createdAt: Timestamp,
   disabledAt: Type.Union([Timestamp, Type.Null()], { description: 'Set when deliveries kept failing for 24 h; null while active' })
 }, { title: 'Webhook' })
+
+export type Webhook = Static<typeof WebhookSchema>
 
 export const CreatedWebhookSchema = Type.Object({
   ...WebhookSchema.properties,
@@ -37,6 +39,8 @@ const DeliverySchema = Type.Object({
   lastError: Type.Union([Type.String(), Type.Null()]),
   lastAttemptAt: Type.Union([Timestamp, Type.Null()])
 }, { title: 'WebhookDelivery' })
+
+export type WebhookDelivery = Static<typeof DeliverySchema>
 
 export const DeliveriesQuery = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
