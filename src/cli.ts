@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util'
 import { loadConfig, type Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
-import { isAddress } from './ids.js'
+import { isAddress, normalizeAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
 import { isScope, SCOPES } from './scopes.js'
 import { createUsersRepository, toAdminUser, toUser } from './modules/users/users.repository.js'
@@ -81,7 +81,7 @@ function parseCount (value: string, what: string): number {
 
 function parseAddress (value: string | undefined): string {
   if (value === undefined) throw new UsageError('an address is required')
-  const address = value.toLowerCase()
+  const address = normalizeAddress(value)
   if (!isAddress(address)) {
     throw new UsageError(`address ${JSON.stringify(value)} must be 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit`)
   }

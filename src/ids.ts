@@ -49,7 +49,9 @@ const ADDRESS = new RegExp(ADDRESS_PATTERN)
 const GROUP_ID = new RegExp(GROUP_ID_PATTERN)
 const MESSAGE_ID = new RegExp(MESSAGE_ID_PATTERN)
 
-/** Addresses compare case-insensitively: pass the lower-cased form. */
+/** An address as it is stored and compared: lower-case (API.md §1, case-insensitive). */
+export const normalizeAddress = (address: string): string => address.toLowerCase()
+/** Addresses compare case-insensitively: pass the normalized form. */
 export const isAddress = (text: string): boolean => ADDRESS.test(text)
 export const isGroupId = (text: string): boolean => GROUP_ID.test(text)
 export const isMessageId = (text: string): boolean => MESSAGE_ID.test(text)

@@ -1,6 +1,6 @@
 import type { Db } from '../db/client.js'
 import { NotFound, ValidationFailed } from '../errors.js'
-import { isAddress, isGroupId, isMessageId } from '../ids.js'
+import { isAddress, isGroupId, isMessageId, normalizeAddress } from '../ids.js'
 import { createGroupsRepository } from './groups/groups.repository.js'
 import { memberGroup } from './groups/groups.service.js'
 import { readableMessage } from './messages/message-access.js'
@@ -20,7 +20,7 @@ export interface Entity {
 export function entityKind (entity: string): EntityKind {
   if (isGroupId(entity)) return 'group'
   if (isMessageId(entity)) return 'message'
-  if (isAddress(entity.toLowerCase())) return 'user'
+  if (isAddress(normalizeAddress(entity))) return 'user'
   throw new ValidationFailed('entity: must be a user address, a group id (grp_…) or a message id (msg_…)')
 }
 
@@ -32,7 +32,7 @@ export async function visibleEntity (db: Db, entity: string, viewer: string): Pr
   const kind = entityKind(entity)
   if (kind === 'user') {
     const user = await createUsersRepository(db).find(entity)
-    if (user === undefined) throw new NotFound('user', entity.toLowerCase())
+    if (user === undefined) throw new NotFound('user', normalizeAddress(entity))
     return { kind, id: user.address, owner: user.address }
   }
   if (kind === 'group') {

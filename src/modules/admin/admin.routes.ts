@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
-import { isAddress } from '../../ids.js'
+import { isAddress, normalizeAddress } from '../../ids.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { Authenticator } from '../keys/authenticator.js'
 import { createKeysRepository, toKey } from '../keys/keys.repository.js'
@@ -72,7 +72,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     schema: { tags, summary: 'Read a user', params: AdminUserParams, response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) } }
   }, async (req) => {
     const row = await users.find(req.params.user)
-    if (row === undefined) throw new NotFound('user', req.params.user.toLowerCase())
+    if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
     return toAdminUser(row)
   })
 
@@ -88,7 +88,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     }
   }, async (req) => {
     const row = await users.update(req.params.user, req.body)
-    if (row === undefined) throw new NotFound('user', req.params.user.toLowerCase())
+    if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
     authenticator.clear()
     return toAdminUser(row)
   })
@@ -102,7 +102,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       response: { 200: CreatedKeySchema, ...errorResponses(...ADMIN_ERRORS, 404) }
     }
   }, async (req) => {
-    const address = req.body.address.toLowerCase()
+    const address = normalizeAddress(req.body.address)
     if (await users.find(address) === undefined) throw new NotFound('user', address)
     const created = await keys.create(address, req.body.dailyQuota ?? null, {
       ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),

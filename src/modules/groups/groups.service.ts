@@ -7,6 +7,7 @@ import { createUsersRepository } from '../users/users.repository.js'
 import { createGroupsRepository, type GroupsRepository } from './groups.repository.js'
 import type { Group } from './groups.schemas.js'
 import type { GroupRow } from './groups.table.js'
+import { normalizeAddress } from '../../ids.js'
 
 /** A group the caller belongs to; unknown 404, not a member 403. */
 export async function memberGroup (groups: GroupsRepository, id: string, address: string, lock?: 'share' | 'update'): Promise<GroupRow> {
@@ -27,7 +28,7 @@ async function ownedGroup (groups: GroupsRepository, id: string, address: string
  * query per member held a connection for ~1 s per 1,000-member request and drained the pool.
  */
 async function requireUsers (db: Db, addresses: string[]): Promise<string[]> {
-  const unique = [...new Set(addresses.map((a) => a.toLowerCase()))]
+  const unique = [...new Set(addresses.map(normalizeAddress))]
   const known = await createUsersRepository(db).existing(unique)
   const unknown = unique.find((address) => !known.has(address))
   if (unknown !== undefined) throw new NotFound('user', unknown)
@@ -53,7 +54,7 @@ async function tell (db: Db, addresses: string[], type: EventType, data: unknown
 
 /** A new group; the owner is a member. Every member gets group.created. */
 export async function createGroup (db: Db, maxMembers: number, owner: string, name: string, members: string[]): Promise<Group> {
-  const unique = new Set([owner, ...members.map((a) => a.toLowerCase())])
+  const unique = new Set([owner, ...members.map(normalizeAddress)])
   requireRoom(unique.size, maxMembers)
   return transaction(db, async (tx) => {
     const group = await createGroupsRepository(tx).create(name, owner, await requireUsers(tx, members))
@@ -113,7 +114,7 @@ export async function removeGroupMembers (db: Db, id: string, address: string, a
   return transaction(db, async (tx) => {
     const groups = createGroupsRepository(tx)
     const row = await memberGroup(groups, id, address, 'update')
-    const leaving = [...new Set(addresses.map((a) => a.toLowerCase()))]
+    const leaving = [...new Set(addresses.map(normalizeAddress))]
     if (row.owner === address && leaving.includes(address)) {
       throw new ValidationFailed(`members: the owner cannot leave group ${id}; delete the group instead`)
     }

@@ -6,6 +6,7 @@ import type { Key } from './keys.schemas.js'
 import { apiKeys, type ApiKeyRow } from './keys.table.js'
 import { DEFAULT_SCOPES, SCOPES, type Scope } from '../../scopes.js'
 import { hashSecret, newKeyId, newSecret } from './secrets.js'
+import { normalizeAddress } from '../../ids.js'
 
 export interface CreatedKey {
   keyId: string
@@ -56,7 +57,7 @@ export function createKeysRepository (db: Db) {
       const secret = newSecret()
       const [key] = await db.insert(apiKeys).values({
         id: keyId,
-        address: address.toLowerCase(),
+        address: normalizeAddress(address),
         secretHash: hashSecret(secret),
         dailyQuota,
         scopes: [...new Set(options.scopes ?? DEFAULT_SCOPES)],
@@ -91,7 +92,7 @@ export function createKeysRepository (db: Db) {
     /** Keys, newest last, without their hashes; all of them, or one user's. */
     async list (address?: string): Promise<ApiKey[]> {
       const query = db.select(publicColumns).from(apiKeys)
-      const filtered = address === undefined ? query : query.where(eq(apiKeys.address, address.toLowerCase()))
+      const filtered = address === undefined ? query : query.where(eq(apiKeys.address, normalizeAddress(address)))
       return filtered.orderBy(asc(apiKeys.createdAt), asc(apiKeys.id))
     },
 

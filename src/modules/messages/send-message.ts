@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { Db } from '../../db/client.js'
 import { AppError, Forbidden, NotFound, ValidationFailed } from '../../errors.js'
-import { isAddress, isGroupId, newId } from '../../ids.js'
+import { isAddress, isGroupId, newId, normalizeAddress } from '../../ids.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { memberGroup } from '../groups/groups.service.js'
@@ -47,7 +47,7 @@ export async function resolveRecipients (db: Db, sender: string, recipient: stri
 
 /** A recipient that is not a group, as the user address it must be (lower-case), or 400. */
 export function userAddress (recipient: string): string {
-  const address = recipient.toLowerCase()
+  const address = normalizeAddress(recipient)
   if (!isAddress(address)) {
     throw new ValidationFailed('recipient: must be a user address (a-z 0-9 . @ + -) or a group id (grp_…)')
   }
@@ -94,7 +94,7 @@ export interface SendResult {
 /** SHA-256 over what makes two sends the same send; files by their own hashes. */
 export function requestHash (input: SendInput): string {
   return createHash('sha256').update(JSON.stringify({
-    recipient: input.recipient.toLowerCase(),
+    recipient: normalizeAddress(input.recipient),
     body: input.body,
     files: input.files.map((f) => [f.filename, f.contentType, f.sha256])
   })).digest('hex')

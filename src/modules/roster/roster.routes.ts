@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
-import { isGroupId } from '../../ids.js'
+import { isGroupId, normalizeAddress } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { entityKind, visibleEntity } from '../entities.js'
@@ -42,7 +42,7 @@ export const rosterRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 404) }
     }
   }, async (req, reply) => {
-    const entity = isGroupId(req.params.entity) ? req.params.entity : req.params.entity.toLowerCase()
+    const entity = isGroupId(req.params.entity) ? req.params.entity : normalizeAddress(req.params.entity)
     if (!await roster.remove(principalOf(req).address, entity)) throw new NotFound('roster entry', entity)
     return reply.code(204).send()
   })

@@ -6,6 +6,7 @@ import { Conflict } from '../../errors.js'
 import { likePattern } from '../../db/like.js'
 import type { AdminUser, User } from './users.schemas.js'
 import { users, type UserRow } from './users.table.js'
+import { normalizeAddress } from '../../ids.js'
 
 export interface NewUser {
   address: string
@@ -27,20 +28,20 @@ export function createUsersRepository (db: Db) {
     async create (user: NewUser): Promise<UserRow> {
       try {
         const [row] = await db.insert(users).values({
-          address: user.address.toLowerCase(),
+          address: normalizeAddress(user.address),
           displayName: user.displayName ?? null,
           bot: user.bot ?? false
         }).returning()
         return row!
       } catch (err) {
-        if (sqlState(err) === UNIQUE_VIOLATION) throw new Conflict(`user ${user.address.toLowerCase()} already exists`)
+        if (sqlState(err) === UNIQUE_VIOLATION) throw new Conflict(`user ${normalizeAddress(user.address)} already exists`)
         throw err
       }
     },
 
     /** Creates a user unless the address is taken (then leaves that user as it is). */
     async ensure (user: NewUser): Promise<void> {
-      await db.insert(users).values({ address: user.address.toLowerCase(), displayName: user.displayName ?? null, bot: user.bot ?? false })
+      await db.insert(users).values({ address: normalizeAddress(user.address), displayName: user.displayName ?? null, bot: user.bot ?? false })
         .onConflictDoNothing()
     },
 
@@ -52,7 +53,7 @@ export function createUsersRepository (db: Db) {
     },
 
     async find (address: string): Promise<UserRow | undefined> {
-      const [row] = await db.select().from(users).where(eq(users.address, address.toLowerCase()))
+      const [row] = await db.select().from(users).where(eq(users.address, normalizeAddress(address)))
       return row
     },
 
@@ -91,7 +92,7 @@ export function createUsersRepository (db: Db) {
       // Deactivating twice keeps the first time.
       if (changes.deactivated === true) set.deactivatedAt = sql`coalesce(${users.deactivatedAt}, now())`
       if (changes.deactivated === false) set.deactivatedAt = null
-      const where = eq(users.address, address.toLowerCase())
+      const where = eq(users.address, normalizeAddress(address))
       const [row] = Object.keys(set).length === 0
         ? await db.select().from(users).where(where)
         : await db.update(users).set(set).where(where).returning()
@@ -100,7 +101,7 @@ export function createUsersRepository (db: Db) {
 
     /** Makes sure the bot user exists and is marked as a bot (TEST_BOT_ADDRESS may differ from the seed). */
     async ensureBot (address: string): Promise<void> {
-      await db.insert(users).values({ address: address.toLowerCase(), displayName: 'Test bot', bot: true })
+      await db.insert(users).values({ address: normalizeAddress(address), displayName: 'Test bot', bot: true })
         .onConflictDoUpdate({ target: users.address, set: { bot: sql`true` } })
     }
   }

@@ -6,6 +6,7 @@ import { createKeysRepository } from '../keys/keys.repository.js'
 import { createUsersRepository, toUser } from './users.repository.js'
 import { principalOf } from '../../plugins/auth.js'
 import { UserParams, UserSchema, WhoamiSchema } from './users.schemas.js'
+import { normalizeAddress } from '../../ids.js'
 
 export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   const users = createUsersRepository(db)
@@ -21,7 +22,7 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
     }
   }, async (req) => {
     const row = await users.find(req.params.user)
-    if (row === undefined) throw new NotFound('user', req.params.user.toLowerCase())
+    if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
     return toUser(row)
   })
 
