@@ -6,9 +6,9 @@ import type { EventBus } from '../events/event-bus.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
-import { advanceStatus } from '../messages/receipts.js'
+import { advanceStatus } from '../messages/receipts.service.js'
 import { writeBatch } from '../messages/send-batch.repository.js'
-import { newMessage } from '../messages/send-message.js'
+import { newMessage } from '../messages/send.service.js'
 import { utcDay } from '../quota/quota.repository.js'
 
 const BATCH = 20

@@ -11,15 +11,15 @@ import { Readable } from 'node:stream'
 import { CHUNK_BYTES, createAttachmentChunksRepository, type AttachmentChunksRepository } from './attachment-chunks.repository.js'
 import { parseRange } from './byte-range.js'
 import { contentDisposition } from './content-disposition.js'
-import { deleteMessage } from './delete-message.js'
+import { deleteMessage } from './delete.service.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 import {
   AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, sendMessageBody, TypingBody, TypingParams
 } from './messages.schemas.js'
-import { messageStatus, reportStatus } from './receipts.js'
+import { messageStatus, reportStatus } from './receipts.service.js'
 import { createSendCoalescer } from './send-coalescer.js'
-import { startTyping, stopTyping } from './typing.js'
+import { startTyping, stopTyping } from './typing.service.js'
 
 export interface MessagesRoutesOptions {
   db: Db

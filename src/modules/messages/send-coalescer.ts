@@ -9,7 +9,7 @@ import type { Message } from './messages.schemas.js'
 import {
   IdempotencyInProgress, IdempotencyMismatch, newMessage, quotaStateOf, RecipientDeactivated, replay,
   requestHash, userAddress, type SendInput, type SendResult
-} from './send-message.js'
+} from './send.service.js'
 
 /** Sends to users written by one statement at most. */
 const MAX_BATCH = 64

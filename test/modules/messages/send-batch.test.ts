@@ -6,7 +6,7 @@ import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
 import { createSendCoalescer } from '../../../src/modules/messages/send-coalescer.js'
 import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
-import type { SendResult } from '../../../src/modules/messages/send-message.js'
+import type { SendResult } from '../../../src/modules/messages/send.service.js'
 import { build, type Built } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
 

@@ -2,7 +2,7 @@ import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/retry.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
-import { resolveRecipients } from './send-message.js'
+import { resolveRecipients } from './send.service.js'
 
 /** How long a typing event (started or stopped) holds before it lapses. */
 const TYPING_TTL_MS = 15_000
