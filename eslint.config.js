@@ -1,6 +1,13 @@
 // ESLint (flat config): neostandard, the standard style with TypeScript support. `npm run lint`.
 import neostandard from 'neostandard'
 
+// A module uses another only through its repository, service, schemas or table (types aside).
+const acrossModules = {
+  group: ['../*/*', '!../../**', '!../*/*.repository.js', '!../*/*.service.js', '!../*/*.schemas.js', '!../*/*.table.js'],
+  allowTypeImports: true,
+  message: 'Use another module through its repository, service, schemas or table.'
+}
+
 export default [
   ...neostandard({
     ts: true,
@@ -27,6 +34,33 @@ export default [
       // close() or a timer); the rule only sees writes inside the loop, so every report here was
       // a false positive.
       'no-unmodified-loop-condition': 'off'
+    }
+  },
+  // The layering (README, Layout), checked rather than hoped for.
+  {
+    files: ['src/modules/**/*.ts'],
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [acrossModules] }] }
+  },
+  {
+    // Every statement has an owner: only repositories, tables and the search query builder
+    // speak SQL; routes, services and the rest go through them.
+    files: ['src/modules/**/*.ts'],
+    ignores: ['src/modules/**/*.repository.ts', 'src/modules/**/*.table.ts', 'src/modules/search/message-search.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': ['error', {
+        patterns: [acrossModules, { group: ['drizzle-orm', 'drizzle-orm/*'], message: 'Statements belong in a repository (*.repository.ts).' }]
+      }]
+    }
+  },
+  {
+    // Plugins and the database layer sit below the modules: they may name a module's types,
+    // never call into one (the schema index that drizzle-kit reads is the one exception).
+    files: ['src/plugins/**/*.ts', 'src/db/**/*.ts'],
+    ignores: ['src/db/schema.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': ['error', {
+        patterns: [{ group: ['**/modules/**'], allowTypeImports: true, message: 'Plugins and src/db must not depend on a module.' }]
+      }]
     }
   }
 ]
