@@ -4,11 +4,9 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { Redis } from 'ioredis'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
 import { buildValidator } from './validation.js'
-import { createMetrics, type Metrics } from './metrics.js'
 import { createWebhookDispatcher } from './modules/webhooks/webhook-dispatcher.js'
 import { createSecretBox } from './modules/webhooks/webhook-secrets.js'
 import { createWebhookSender } from './modules/webhooks/webhook-sender.js'
@@ -37,7 +35,10 @@ import { AppError, ValidationFailed } from './errors.js'
 import { loggableError } from './db/errors.js'
 import { errorsPlugin, sendError } from './plugins/errors.js'
 import { consolePlugin } from './plugins/console.js'
-import { closeQuietConnectionsOnShutdown } from './plugins/quiet-connections.js'
+import { metricsPlugin } from './plugins/metrics.js'
+import { redisPlugin } from './plugins/redis.js'
+import { requestIdPlugin } from './plugins/request-id.js'
+import { shutdownPlugin } from './plugins/shutdown.js'
 import { rateLimitPlugin } from './plugins/rate-limit.js'
 import { polishOpenApi } from './openapi.js'
 import { ErrorSchema } from './schemas.js'
@@ -52,7 +53,6 @@ export interface AppOptions {
 declare module 'fastify' {
   interface FastifyInstance {
     authenticator: Authenticator
-    metrics: Metrics
   }
 }
 
@@ -106,41 +106,16 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     connectionTimeout: 65_000
   }).withTypeProvider<TypeBoxTypeProvider>()
 
-  app.addHook('onRequest', async (req, reply) => {
-    reply.header('x-request-id', req.id)
-  })
-
-  const metrics = createMetrics()
-  app.decorate('metrics', metrics)
-  // Unmatched paths share one label, so scanners cannot blow up the series count.
-  app.addHook('onResponse', async (req, reply) => {
-    metrics.observeRequest(req.method, req.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000)
-  })
-  metrics.gauge('parley_db_connections', 'Database connections by state (PGlite: one)', () => {
-    const stats = database.stats()
-    return [
-      { labels: { state: 'total' }, value: stats.total },
-      { labels: { state: 'idle' }, value: stats.idle },
-      { labels: { state: 'waiting' }, value: stats.waiting }
-    ]
-  })
+  await app.register(requestIdPlugin)
+  await app.register(metricsPlugin, { database })
+  const metrics = app.metrics
 
   const authenticator = createAuthenticator(database.db, config.dailyMessageQuota, Date.now,
     (err) => app.log.warn({ err: loggableError(err) }, 'could not record when a key was last used'))
   app.decorate('authenticator', authenticator)
 
-  const redis = config.redisUrl !== undefined
-    ? new Redis(config.redisUrl, { connectTimeout: 2_000, maxRetriesPerRequest: 1, enableOfflineQueue: false })
-    : undefined
-  if (redis !== undefined) {
-    redis.on('error', (err) => app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits are counted per instance until it is back'))
-    app.addHook('onClose', async () => { redis.disconnect() })
-    // Serve with shared counters from the first request: wait (briefly) for the connection.
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, 3_000)
-      redis.once('ready', () => { clearTimeout(timer); resolve() })
-    })
-  }
+  await app.register(redisPlugin, { url: config.redisUrl })
+  const redis = app.redis
 
   // One LISTEN connection for the process: wakes long-polls and the test bot on new events.
   const bus = createEventBus(database)
@@ -156,16 +131,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     webhooks.start()
     stopRetention = startRetention(database.db, app.log)
   })
-  // Before connections drain: waiting long-polls answer (empty) now instead of holding shutdown,
-  // and every answer from here on closes its connection, so no kept-alive socket holds the
-  // server open once its request is done.
-  let closing = false
-  app.addHook('onSend', async (_req, reply) => {
-    if (closing) reply.header('connection', 'close')
-  })
-  closeQuietConnectionsOnShutdown(app)
+  await app.register(shutdownPlugin)
   app.addHook('preClose', async () => {
-    closing = true
     stopRetention?.()
     await bus.stop()
     await bot.stop()
