@@ -7,17 +7,15 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
 import { buildValidator } from './validation.js'
-import { createWebhookDispatcher } from './modules/webhooks/webhook-dispatcher.js'
-import { createSecretBox } from './modules/webhooks/webhook-secrets.js'
-import { createWebhookSender } from './modules/webhooks/webhook-sender.js'
+import { webhookDispatcherPlugin } from './modules/webhooks/webhook-dispatcher.plugin.js'
 import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
-import { createTestBot } from './modules/bot/test-bot.js'
+import { testBotPlugin } from './modules/bot/test-bot.plugin.js'
 import { adminRoutes } from './modules/admin/admin.routes.js'
 import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
-import { createEventBus } from './modules/events/event-bus.js'
+import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
-import { startRetention } from './modules/retention/retention.js'
+import { retentionPlugin } from './modules/retention/retention.plugin.js'
 import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
@@ -26,13 +24,12 @@ import { sendBatches } from './modules/messages/send-coalescer.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
 import { rosterRoutes } from './modules/roster/roster.routes.js'
 import { searchRoutes } from './modules/search/search.routes.js'
-import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
+import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
 import { usersRoutes } from './modules/users/users.routes.js'
 import { admissionPlugin } from './plugins/admission.js'
 import { authPlugin } from './plugins/auth.js'
 import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
 import { AppError, ValidationFailed } from './errors.js'
-import { loggableError } from './db/errors.js'
 import { errorsPlugin, sendError } from './plugins/errors.js'
 import { consolePlugin } from './plugins/console.js'
 import { metricsPlugin } from './plugins/metrics.js'
@@ -48,12 +45,6 @@ export interface AppOptions {
   database: Database
   /** Where log lines go (stdout when omitted); tests pass a stream to read them. */
   logStream?: Writable
-}
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    authenticator: Authenticator
-  }
 }
 
 // A client's own request id is kept when it is a plain token, so traces join up across proxies.
@@ -109,34 +100,16 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(requestIdPlugin)
   await app.register(metricsPlugin, { database })
   const metrics = app.metrics
-
-  const authenticator = createAuthenticator(database.db, config.dailyMessageQuota, Date.now,
-    (err) => app.log.warn({ err: loggableError(err) }, 'could not record when a key was last used'))
-  app.decorate('authenticator', authenticator)
-
+  await app.register(authenticatorPlugin, { db: database.db, defaultDailyQuota: config.dailyMessageQuota })
   await app.register(redisPlugin, { url: config.redisUrl })
-  const redis = app.redis
-
-  // One LISTEN connection for the process: wakes long-polls and the test bot on new events.
-  const bus = createEventBus(database)
-  await bus.start()
-  const bot = createTestBot(database.db, bus, config.testBotAddress, app.log)
-  const webhookSecrets = createSecretBox(config.webhookSecretsKey)
-  const webhooks = createWebhookDispatcher({
-    db: database.db, bus, sender: createWebhookSender(config.webhookAllowPrivate), secrets: webhookSecrets, log: app.log
-  })
-  let stopRetention: (() => void) | undefined
-  app.addHook('onReady', async () => {
-    bot.start()
-    webhooks.start()
-    stopRetention = startRetention(database.db, app.log)
-  })
+  // Background work. preClose hooks run in the order they are added: the shutdown flag, then
+  // the retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
   await app.register(shutdownPlugin)
-  app.addHook('preClose', async () => {
-    stopRetention?.()
-    await bus.stop()
-    await bot.stop()
-    await webhooks.stop()
+  await app.register(retentionPlugin, { db: database.db })
+  await app.register(eventBusPlugin, { database })
+  await app.register(testBotPlugin, { db: database.db, address: config.testBotAddress })
+  await app.register(webhookDispatcherPlugin, {
+    db: database.db, secretsKey: config.webhookSecretsKey, allowPrivate: config.webhookAllowPrivate
   })
 
   app.addSchema(ErrorSchema)
@@ -174,8 +147,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(consolePlugin)
 
   await app.register(async (v2) => {
-    await v2.register(authPlugin, { authenticator, failuresPerSecond: config.rateLimitPerSecond })
-    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis })
+    await v2.register(authPlugin, { authenticator: app.authenticator, failuresPerSecond: config.rateLimitPerSecond })
+    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis: app.redis })
     // PGlite is one connection: its requests take turns however many keys there are. Asked of
     // the database itself, not of DATABASE_URL: tests hand the app a database they opened.
     const poolSize = database.driver === 'pglite' ? 1 : config.databasePoolSize
@@ -190,17 +163,17 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     })
     // Long-polls and event streams count against one per-key cap.
     const waitingByKey = new Map<string, number>()
-    await v2.register(eventsRoutes, { db: database.db, bus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
+    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
     await v2.register(eventStreamRoutes, {
-      db: database.db, bus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
+      db: database.db, bus: app.eventBus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
     })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
     await v2.register(searchRoutes, { db: database.db })
     await v2.register(conversationsRoutes, { db: database.db })
-    await v2.register(adminRoutes, { db: database.db, authenticator })
-    await v2.register(webhooksRoutes, { db: database.db, dispatcher: webhooks, secrets: webhookSecrets, allowPrivate: config.webhookAllowPrivate })
+    await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
+    await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 
   return app
