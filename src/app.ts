@@ -1,44 +1,41 @@
 import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
-import swagger from '@fastify/swagger'
-import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
+import { AppError, ValidationFailed } from './errors.js'
 import { buildValidator } from './validation.js'
-import { webhookDispatcherPlugin } from './modules/webhooks/webhook-dispatcher.plugin.js'
-import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
-import { testBotPlugin } from './modules/bot/test-bot.plugin.js'
+import { admissionPlugin } from './plugins/admission.js'
+import { authPlugin } from './plugins/auth.js'
+import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
+import { consolePlugin } from './plugins/console.js'
+import { errorsPlugin, sendError } from './plugins/errors.js'
+import { metricsPlugin } from './plugins/metrics.js'
+import { openApiPlugin } from './plugins/openapi.js'
+import { rateLimitPlugin } from './plugins/rate-limit.js'
+import { redisPlugin } from './plugins/redis.js'
+import { requestIdPlugin } from './plugins/request-id.js'
+import { shutdownPlugin } from './plugins/shutdown.js'
 import { adminRoutes } from './modules/admin/admin.routes.js'
+import { testBotPlugin } from './modules/bot/test-bot.plugin.js'
 import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
-import { retentionPlugin } from './modules/retention/retention.plugin.js'
-import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
+import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
+import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { sendBatches } from './modules/messages/send-coalescer.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
+import { retentionPlugin } from './modules/retention/retention.plugin.js'
 import { rosterRoutes } from './modules/roster/roster.routes.js'
 import { searchRoutes } from './modules/search/search.routes.js'
-import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
 import { usersRoutes } from './modules/users/users.routes.js'
-import { admissionPlugin } from './plugins/admission.js'
-import { authPlugin } from './plugins/auth.js'
-import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
-import { AppError, ValidationFailed } from './errors.js'
-import { errorsPlugin, sendError } from './plugins/errors.js'
-import { consolePlugin } from './plugins/console.js'
-import { metricsPlugin } from './plugins/metrics.js'
-import { redisPlugin } from './plugins/redis.js'
-import { requestIdPlugin } from './plugins/request-id.js'
-import { shutdownPlugin } from './plugins/shutdown.js'
-import { rateLimitPlugin } from './plugins/rate-limit.js'
-import { polishOpenApi } from './openapi.js'
-import { ErrorSchema } from './schemas.js'
+import { webhookDispatcherPlugin } from './modules/webhooks/webhook-dispatcher.plugin.js'
+import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
 
 export interface AppOptions {
   config: Config
@@ -99,11 +96,10 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
 
   await app.register(requestIdPlugin)
   await app.register(metricsPlugin, { database })
-  const metrics = app.metrics
   await app.register(authenticatorPlugin, { db: database.db, defaultDailyQuota: config.dailyMessageQuota })
   await app.register(redisPlugin, { url: config.redisUrl })
-  // Background work. preClose hooks run in the order they are added: the shutdown flag, then
-  // the retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
+  // Background work. preClose hooks run in the order they are added: the closing flag, then the
+  // retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
   await app.register(shutdownPlugin)
   await app.register(retentionPlugin, { db: database.db })
   await app.register(eventBusPlugin, { database })
@@ -112,26 +108,11 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     db: database.db, secretsKey: config.webhookSecretsKey, allowPrivate: config.webhookAllowPrivate
   })
 
-  app.addSchema(ErrorSchema)
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.0.3',
-      info: {
-        title: 'Parley API',
-        version: '2',
-        description: 'Self-hosted secure messaging. Every /v2 route takes HTTP Basic auth: username = key id, password = secret.'
-      },
-      components: { securitySchemes: { basicAuth: { type: 'http', scheme: 'basic' } } },
-      security: [{ basicAuth: [] }]
-    },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => typeof json.$id === 'string' ? json.$id : `def-${i}` },
-    transformObject: (documents) => polishOpenApi('openapiObject' in documents ? documents.openapiObject : documents.swaggerObject) as never
-  })
-  await app.register(swaggerUi, { routePrefix: '/docs' })
+  await app.register(openApiPlugin)
   await app.register(errorsPlugin, {
     maxAttachments: config.maxAttachments,
     maxAttachmentBytes: config.maxAttachmentBytes,
-    onError: (code) => metrics.error(code)
+    onError: (code) => app.metrics.error(code)
   })
   await app.register(bodyParsersPlugin, {
     maxAttachments: config.maxAttachments,
@@ -142,7 +123,7 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     // The largest lists a schema takes are 1,000 members or event ids; metadata is 16 KiB.
     maxBodyValues: 20_000
   })
-  await app.register(healthRoutes, { database, metrics, serveMetrics: config.metricsPort === undefined })
+  await app.register(healthRoutes, { database, metrics: app.metrics, serveMetrics: config.metricsPort === undefined })
   // Encapsulated: helmet's headers and CSP apply to the console's files only.
   await app.register(consolePlugin)
 
@@ -152,18 +133,18 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     // PGlite is one connection: its requests take turns however many keys there are. Asked of
     // the database itself, not of DATABASE_URL: tests hand the app a database they opened.
     const poolSize = database.driver === 'pglite' ? 1 : config.databasePoolSize
-    await v2.register(admissionPlugin, { poolSize, metrics })
+    await v2.register(admissionPlugin, { poolSize, metrics: app.metrics })
     v2.get('/openapi.json', {
       config: { public: true },
       schema: { hide: true }
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, {
-      db: database.db, maxBodyChars: config.maxBodyChars, metrics, sendBatches: sendBatches(poolSize)
+      db: database.db, maxBodyChars: config.maxBodyChars, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
     // Long-polls and event streams count against one per-key cap.
     const waitingByKey = new Map<string, number>()
-    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
+    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, metrics: app.metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
     await v2.register(eventStreamRoutes, {
       db: database.db, bus: app.eventBus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
     })
