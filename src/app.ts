@@ -1,59 +1,47 @@
 import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
-import swagger from '@fastify/swagger'
-import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { Redis } from 'ioredis'
 import type { Config } from './config.js'
 import type { Database } from './db/client.js'
+import { AppError, ValidationFailed } from './errors.js'
 import { buildValidator } from './validation.js'
-import { createMetrics, type Metrics } from './metrics.js'
-import { createWebhookDispatcher } from './modules/webhooks/webhook-dispatcher.js'
-import { createSecretBox } from './modules/webhooks/webhook-secrets.js'
-import { createWebhookSender } from './modules/webhooks/webhook-sender.js'
-import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
-import { createTestBot } from './modules/bot/test-bot.js'
-import { adminRoutes } from './modules/admin/admin.routes.js'
-import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
-import { createEventBus } from './modules/events/event-bus.js'
-import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
-import { eventsRoutes } from './modules/events/events.routes.js'
-import { startRetention } from './modules/retention/retention.js'
-import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
-import { groupsRoutes } from './modules/groups/groups.routes.js'
-import { healthRoutes } from './modules/health/health.routes.js'
-import { messagesRoutes } from './modules/messages/messages.routes.js'
-import { sendBatches } from './modules/messages/send-coalescer.js'
-import { metadataRoutes } from './modules/metadata/metadata.routes.js'
-import { rosterRoutes } from './modules/roster/roster.routes.js'
-import { searchRoutes } from './modules/search/search.routes.js'
-import { createAuthenticator, type Authenticator } from './modules/keys/authenticator.js'
-import { usersRoutes } from './modules/users/users.routes.js'
 import { admissionPlugin } from './plugins/admission.js'
 import { authPlugin } from './plugins/auth.js'
 import { BODY_LIMIT, bodyParsersPlugin } from './plugins/body-parsers.js'
-import { AppError, ValidationFailed } from './errors.js'
-import { loggableError } from './db/errors.js'
-import { errorsPlugin, sendError } from './plugins/errors.js'
 import { consolePlugin } from './plugins/console.js'
-import { closeQuietConnectionsOnShutdown } from './plugins/quiet-connections.js'
+import { errorsPlugin, sendError } from './plugins/errors.js'
+import { metricsPlugin } from './plugins/metrics.js'
+import { openApiPlugin } from './plugins/openapi.js'
 import { rateLimitPlugin } from './plugins/rate-limit.js'
-import { polishOpenApi } from './openapi.js'
-import { ErrorSchema } from './schemas.js'
+import { redisPlugin } from './plugins/redis.js'
+import { requestIdPlugin } from './plugins/request-id.js'
+import { shutdownPlugin } from './plugins/shutdown.js'
+import { adminRoutes } from './modules/admin/admin.routes.js'
+import { testBotPlugin } from './modules/bot/test-bot.plugin.js'
+import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
+import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
+import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
+import { eventsRoutes } from './modules/events/events.routes.js'
+import { groupsRoutes } from './modules/groups/groups.routes.js'
+import { healthRoutes } from './modules/health/health.routes.js'
+import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
+import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
+import { messagesRoutes } from './modules/messages/messages.routes.js'
+import { sendBatches } from './modules/messages/send-coalescer.js'
+import { metadataRoutes } from './modules/metadata/metadata.routes.js'
+import { retentionPlugin } from './modules/retention/retention.plugin.js'
+import { rosterRoutes } from './modules/roster/roster.routes.js'
+import { searchRoutes } from './modules/search/search.routes.js'
+import { usersRoutes } from './modules/users/users.routes.js'
+import { webhookDispatcherPlugin } from './modules/webhooks/webhook-dispatcher.plugin.js'
+import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
 
 export interface AppOptions {
   config: Config
   database: Database
   /** Where log lines go (stdout when omitted); tests pass a stream to read them. */
   logStream?: Writable
-}
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    authenticator: Authenticator
-    metrics: Metrics
-  }
 }
 
 // A client's own request id is kept when it is a plain token, so traces join up across proxies.
@@ -106,92 +94,25 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     connectionTimeout: 65_000
   }).withTypeProvider<TypeBoxTypeProvider>()
 
-  app.addHook('onRequest', async (req, reply) => {
-    reply.header('x-request-id', req.id)
+  await app.register(requestIdPlugin)
+  await app.register(metricsPlugin, { database })
+  await app.register(authenticatorPlugin, { db: database.db, defaultDailyQuota: config.dailyMessageQuota })
+  await app.register(redisPlugin, { url: config.redisUrl })
+  // Background work. preClose hooks run in the order they are added: the closing flag, then the
+  // retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
+  await app.register(shutdownPlugin)
+  await app.register(retentionPlugin, { db: database.db })
+  await app.register(eventBusPlugin, { database })
+  await app.register(testBotPlugin, { db: database.db, address: config.testBotAddress })
+  await app.register(webhookDispatcherPlugin, {
+    db: database.db, secretsKey: config.webhookSecretsKey, allowPrivate: config.webhookAllowPrivate
   })
 
-  const metrics = createMetrics()
-  app.decorate('metrics', metrics)
-  // Unmatched paths share one label, so scanners cannot blow up the series count.
-  app.addHook('onResponse', async (req, reply) => {
-    metrics.observeRequest(req.method, req.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000)
-  })
-  metrics.gauge('parley_db_connections', 'Database connections by state (PGlite: one)', () => {
-    const stats = database.stats()
-    return [
-      { labels: { state: 'total' }, value: stats.total },
-      { labels: { state: 'idle' }, value: stats.idle },
-      { labels: { state: 'waiting' }, value: stats.waiting }
-    ]
-  })
-
-  const authenticator = createAuthenticator(database.db, config.dailyMessageQuota, Date.now,
-    (err) => app.log.warn({ err: loggableError(err) }, 'could not record when a key was last used'))
-  app.decorate('authenticator', authenticator)
-
-  const redis = config.redisUrl !== undefined
-    ? new Redis(config.redisUrl, { connectTimeout: 2_000, maxRetriesPerRequest: 1, enableOfflineQueue: false })
-    : undefined
-  if (redis !== undefined) {
-    redis.on('error', (err) => app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits are counted per instance until it is back'))
-    app.addHook('onClose', async () => { redis.disconnect() })
-    // Serve with shared counters from the first request: wait (briefly) for the connection.
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, 3_000)
-      redis.once('ready', () => { clearTimeout(timer); resolve() })
-    })
-  }
-
-  // One LISTEN connection for the process: wakes long-polls and the test bot on new events.
-  const bus = createEventBus(database)
-  await bus.start()
-  const bot = createTestBot(database.db, bus, config.testBotAddress, app.log)
-  const webhookSecrets = createSecretBox(config.webhookSecretsKey)
-  const webhooks = createWebhookDispatcher({
-    db: database.db, bus, sender: createWebhookSender(config.webhookAllowPrivate), secrets: webhookSecrets, log: app.log
-  })
-  let stopRetention: (() => void) | undefined
-  app.addHook('onReady', async () => {
-    bot.start()
-    webhooks.start()
-    stopRetention = startRetention(database.db, app.log)
-  })
-  // Before connections drain: waiting long-polls answer (empty) now instead of holding shutdown,
-  // and every answer from here on closes its connection, so no kept-alive socket holds the
-  // server open once its request is done.
-  let closing = false
-  app.addHook('onSend', async (_req, reply) => {
-    if (closing) reply.header('connection', 'close')
-  })
-  closeQuietConnectionsOnShutdown(app)
-  app.addHook('preClose', async () => {
-    closing = true
-    stopRetention?.()
-    await bus.stop()
-    await bot.stop()
-    await webhooks.stop()
-  })
-
-  app.addSchema(ErrorSchema)
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.0.3',
-      info: {
-        title: 'Parley API',
-        version: '2',
-        description: 'Self-hosted secure messaging. Every /v2 route takes HTTP Basic auth: username = key id, password = secret.'
-      },
-      components: { securitySchemes: { basicAuth: { type: 'http', scheme: 'basic' } } },
-      security: [{ basicAuth: [] }]
-    },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => typeof json.$id === 'string' ? json.$id : `def-${i}` },
-    transformObject: (documents) => polishOpenApi('openapiObject' in documents ? documents.openapiObject : documents.swaggerObject) as never
-  })
-  await app.register(swaggerUi, { routePrefix: '/docs' })
+  await app.register(openApiPlugin)
   await app.register(errorsPlugin, {
     maxAttachments: config.maxAttachments,
     maxAttachmentBytes: config.maxAttachmentBytes,
-    onError: (code) => metrics.error(code)
+    onError: (code) => app.metrics.error(code)
   })
   await app.register(bodyParsersPlugin, {
     maxAttachments: config.maxAttachments,
@@ -202,38 +123,38 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     // The largest lists a schema takes are 1,000 members or event ids; metadata is 16 KiB.
     maxBodyValues: 20_000
   })
-  await app.register(healthRoutes, { database, metrics, serveMetrics: config.metricsPort === undefined })
+  await app.register(healthRoutes, { database, metrics: app.metrics, serveMetrics: config.metricsPort === undefined })
   // Encapsulated: helmet's headers and CSP apply to the console's files only.
   await app.register(consolePlugin)
 
   await app.register(async (v2) => {
-    await v2.register(authPlugin, { authenticator, failuresPerSecond: config.rateLimitPerSecond })
-    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis })
+    await v2.register(authPlugin, { authenticator: app.authenticator, failuresPerSecond: config.rateLimitPerSecond })
+    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis: app.redis })
     // PGlite is one connection: its requests take turns however many keys there are. Asked of
     // the database itself, not of DATABASE_URL: tests hand the app a database they opened.
     const poolSize = database.driver === 'pglite' ? 1 : config.databasePoolSize
-    await v2.register(admissionPlugin, { poolSize, metrics })
+    await v2.register(admissionPlugin, { poolSize, metrics: app.metrics })
     v2.get('/openapi.json', {
       config: { public: true },
       schema: { hide: true }
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, {
-      db: database.db, maxBodyChars: config.maxBodyChars, metrics, sendBatches: sendBatches(poolSize)
+      db: database.db, maxBodyChars: config.maxBodyChars, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
     // Long-polls and event streams count against one per-key cap.
     const waitingByKey = new Map<string, number>()
-    await v2.register(eventsRoutes, { db: database.db, bus, metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
+    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, metrics: app.metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
     await v2.register(eventStreamRoutes, {
-      db: database.db, bus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
+      db: database.db, bus: app.eventBus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
     })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
     await v2.register(searchRoutes, { db: database.db })
     await v2.register(conversationsRoutes, { db: database.db })
-    await v2.register(adminRoutes, { db: database.db, authenticator })
-    await v2.register(webhooksRoutes, { db: database.db, dispatcher: webhooks, secrets: webhookSecrets, allowPrivate: config.webhookAllowPrivate })
+    await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
+    await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 
   return app

@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 
 /**
  * Closes, at shutdown, every connection that carries no request. Node's closeIdleConnections()
@@ -8,7 +9,7 @@ import type { FastifyInstance } from 'fastify'
  * close() until its socket timed out, 65 s later. A connection in the middle of a request is
  * left to finish; its answer carries `Connection: close`.
  */
-export function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
+function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
   const inFlight = new Map<Socket, number>()
   app.server.on('connection', (socket: Socket) => {
     inFlight.set(socket, 0)
@@ -26,3 +27,19 @@ export function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
     for (const [socket, requests] of inFlight) if (requests === 0) socket.destroy()
   })
 }
+
+/**
+ * Before connections drain, every answer from here on closes its connection, so no kept-alive
+ * socket holds the server open once its request is done, and connections with no request are
+ * closed at once. Registered before the background work, whose preClose hooks run after these
+ * (hooks run in the order they were added): long-polls the event bus wakes then answer with
+ * `Connection: close`.
+ */
+export const shutdownPlugin = fp(async (app: FastifyInstance) => {
+  let closing = false
+  app.addHook('onSend', async (_req, reply) => {
+    if (closing) reply.header('connection', 'close')
+  })
+  closeQuietConnectionsOnShutdown(app)
+  app.addHook('preClose', async () => { closing = true })
+}, { name: 'shutdown' })

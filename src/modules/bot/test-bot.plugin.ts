@@ -1,0 +1,17 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Db } from '../../db/client.js'
+import { createTestBot } from './test-bot.js'
+
+export interface TestBotPluginOptions {
+  db: Db
+  /** The bot's own address (TEST_BOT_ADDRESS). */
+  address: string
+}
+
+/** The test bot, woken by the event bus: answers once the app is ready, stopped at shutdown. */
+export const testBotPlugin = fp(async (app: FastifyInstance, opts: TestBotPluginOptions) => {
+  const bot = createTestBot(opts.db, app.eventBus, opts.address, app.log)
+  app.addHook('onReady', async () => { bot.start() })
+  app.addHook('preClose', async () => { await bot.stop() })
+}, { name: 'test-bot', dependencies: ['event-bus'] })

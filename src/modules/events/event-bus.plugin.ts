@@ -1,0 +1,26 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Database } from '../../db/client.js'
+import { createEventBus, type EventBus } from './event-bus.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Wakes long-polls, streams, the test bot and webhook delivery when a feed grows. */
+    eventBus: EventBus
+  }
+}
+
+export interface EventBusPluginOptions {
+  database: Database
+}
+
+/**
+ * One LISTEN connection for the process, listening before the app is ready. Stopped before
+ * connections drain: waiting long-polls answer (empty) at once instead of holding shutdown.
+ */
+export const eventBusPlugin = fp(async (app: FastifyInstance, opts: EventBusPluginOptions) => {
+  const bus = createEventBus(opts.database)
+  await bus.start()
+  app.decorate('eventBus', bus)
+  app.addHook('preClose', async () => { await bus.stop() })
+}, { name: 'event-bus' })
