@@ -87,3 +87,6 @@ export function createApi ({ keyId, secret }: Credentials) {
     }), 'attachment')
   }
 }
+
+/** An error as the page shows it: the API's message, or what went wrong on the way. */
+export const describe = (err: unknown) => err instanceof Error ? err.message : String(err)

@@ -1,4 +1,6 @@
-import type { Credentials } from './api.js'
+import type { Api, Credentials } from './api.js'
+import { Conversations } from './conversations.js'
+import { composer, consoleView, conversationList, messageList, signInError, signInView, threadTitle, typingLine } from './page.js'
 
 // sessionStorage: the secret lives only as long as this tab, never in a URL or localStorage.
 const KEY = 'parley.credentials'
@@ -18,4 +20,69 @@ export function saveCredentials (credentials: Credentials): void {
 
 export function clearCredentials (): void {
   sessionStorage.removeItem(KEY)
+}
+
+/** Everything that lives while signed in; replaced on each sign-in. */
+export interface Session {
+  api: Api
+  me: string
+  conversations: Conversations
+  active: string | undefined
+  /** The events feed position. */
+  after: string
+  stop: AbortController
+  /** Incoming messages already reported read, so each is reported once. */
+  reportedRead: Set<string>
+  /** Attachment object URLs, by message id and index. */
+  blobs: Map<string, Promise<string>>
+  typingSentAt: number
+  typingTo: string | undefined
+}
+
+let session: Session | undefined
+
+/**
+ * The signed-in session, or undefined. Work that outlives an await checks it is still the one it
+ * began with, so nothing from a previous sign-in lands on the page.
+ */
+export function currentSession (): Session | undefined {
+  return session
+}
+
+/** Begins the session of `me`, in place of any before it. */
+export function startSession (api: Api, me: string): Session {
+  session = {
+    api,
+    me,
+    conversations: new Conversations(me),
+    active: undefined,
+    after: '0',
+    stop: new AbortController(),
+    reportedRead: new Set(),
+    blobs: new Map(),
+    typingSentAt: 0,
+    typingTo: undefined
+  }
+  return session
+}
+
+export function showSignIn (error = ''): void {
+  consoleView.hidden = true
+  signInView.hidden = false
+  signInError.textContent = error
+}
+
+export function signOut (reason = ''): void {
+  if (session !== undefined) {
+    session.stop.abort()
+    for (const url of session.blobs.values()) void url.then((u) => URL.revokeObjectURL(u)).catch(() => {})
+  }
+  session = undefined
+  clearCredentials()
+  conversationList.replaceChildren()
+  messageList.replaceChildren()
+  typingLine.textContent = ''
+  threadTitle.textContent = 'No conversation open'
+  composer.reset()
+  showSignIn(reason)
 }
