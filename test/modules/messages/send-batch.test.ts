@@ -83,6 +83,24 @@ t.test('one statement: each send of a batch gets its own outcome, and only the g
   t.equal(n, 2)
 })
 
+t.test('a send of no key (the test bot\'s reply) is written beside counted ones and counts for no one', async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await principal(built, 'alice', 100)
+  await built.createUser('bob')
+  await built.createUser('gone')
+  await built.db.execute(sql`UPDATE users SET deactivated_at = now() WHERE address = 'gone'`)
+  const now = new Date()
+  const out = await writeBatch(built.db, now.toISOString().slice(0, 10), now, [
+    send(alice, 'bob', 1),
+    send(alice, 'bob', 2, { keyId: null, limit: 0 }),
+    send(alice, 'gone', 3, { keyId: null, limit: 0 })
+  ])
+  t.same(out.map((o) => [o.written, o.used, o.keySends]), [[true, 1, 1], [true, null, 0], [false, null, 0]])
+  const quota = await queryRows<{ key_id: string, count: number }>(built.db, sql`SELECT key_id, count FROM quota_usage`)
+  t.same(quota.map((q) => [q.key_id, q.count]), [[alice.keyId, 1]], 'only the keyed send counts')
+  t.same(await feed(built, 'bob'), [{ seq: 1, body: '#1' }, { seq: 2, body: '#2' }], 'both reach the feed, in order')
+})
+
 t.test('fired at once, sends coalesce: a key past its quota loses only what does not fit, exactly', async (t) => {
   const built = await build(t, { env: FAST })
   const batches: number[] = []
