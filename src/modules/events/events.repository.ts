@@ -1,6 +1,6 @@
 import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { queryPrepared, queryRows } from '../../db/rows.js'
+import { queryRows } from '../../db/rows.js'
 import type { Event } from './events.schemas.js'
 import { events, type EventRow } from './events.table.js'
 
@@ -105,24 +105,6 @@ export function createEventsRepository (db: Db) {
       })
       // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
       await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...counts.keys()]), sql`, `)}`)
-    },
-
-    /**
-     * Tells listeners these feeds grew; call it once the transaction that grew them has
-     * committed (their events are visible). A NOTIFY inside a writing transaction holds
-     * PostgreSQL's database-wide notify lock through that transaction's WAL flush, so every
-     * writer that notified committed one at a time; here the NOTIFY is a transaction of its own
-     * that writes no data, so its commit is not waited on (synchronous_commit off for it alone)
-     * and the lock is held for microseconds. One statement, ADDRESSES_PER_NOTIFY to a payload.
-     */
-    async announce (addresses: string[]): Promise<void> {
-      if (addresses.length === 0) return
-      const sorted = [...new Set(addresses)].sort()
-      const payloads: string[] = []
-      for (let i = 0; i < sorted.length; i += ADDRESSES_PER_NOTIFY) payloads.push(sorted.slice(i, i + ADDRESSES_PER_NOTIFY).join(','))
-      await queryPrepared(db, sql`
-        SELECT set_config('synchronous_commit', 'off', true), count(pg_notify(${EVENTS_CHANNEL}, p))
-        FROM unnest(${sql.param(payloads)}::text[]) AS p GROUP BY 1`)
     },
 
     /**

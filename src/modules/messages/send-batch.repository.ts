@@ -2,7 +2,7 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared } from '../../db/rows.js'
-import { takeFeedIds } from '../events/events.repository.js'
+import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
 
 /** One send of a batch, to a user or a group, counted against its key's day. */
@@ -62,7 +62,6 @@ interface OutcomeRow {
   written: boolean
   created_at: string
   fan_out: number | null
-  grew: string[] | null
 }
 
 /**
@@ -97,10 +96,10 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
 }
 
 /**
- * Writes a batch of sends in one statement, so the batch costs one commit and one WAL flush
- * however many sends it holds; each send keeps its own outcome. Per send: a recipient that is
- * no user, or a deactivated one, writes nothing; a held Idempotency-Key with a live record
- * writes nothing (the caller replays or refuses); the rest ask for quota, but those of no key (keyId null), which go uncounted.
+ * Writes a batch of sends in one statement, so the batch costs one commit, one WAL flush
+ * and one NOTIFY however many sends it holds; each send keeps its own outcome. Per send: a
+ * recipient that is no user, or a deactivated one, writes nothing; a held Idempotency-Key with a live record writes nothing (the caller replays or
+ * refuses); the rest ask for quota, but those of no key (keyId null), which go uncounted.
  *
  * Quota is asked per key, all or nothing: a key's n sends are counted together only if all n
  * fit under its limit (`count + n <= limit`), the row locked by the upsert, keys in order. When
@@ -111,10 +110,10 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * gets consecutive ids in batch order), user rows locked in address order after every quota row
  * (the same order as every other send, so sends never deadlock each other), and write the
  * message, a delivery row and a message.received event per recipient and, with an
- * Idempotency-Key, its record. Answers, with the outcomes, every feed that grew: the caller
- * announces them (events repository) once the statement's transaction has committed.
+ * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
+ * delivers them at commit, once the events are visible.
  */
-export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<{ outcomes: BatchOutcome[], grew: string[] }> {
+export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
   const column = <T>(pick: (s: BatchSend) => T) => sql.param(sends.map(pick))
   const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
   const fileColumn = <T>(pick: (f: typeof files[number]) => T) => sql.param(files.map(pick))
@@ -217,12 +216,15 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       INSERT INTO idempotency_keys AS r (key_id, idempotency_key, request_hash, message_id)
       SELECT sent.key_id, sent.idem_key, sent.idem_hash, sent.id FROM sent WHERE sent.idem_key IS NOT NULL
       ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, message_id = excluded.message_id, created_at = now()
-    )${withFiles}
+    )${withFiles}, notified AS (
+      SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address))
+      FROM (SELECT address, (row_number() OVER (ORDER BY address) - 1) / ${ADDRESSES_PER_NOTIFY}::int AS part FROM feed) AS t
+      GROUP BY part
+    )
     SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
       coalesce(grouped.member, false) AS member,
       earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
-      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at,
-      (SELECT array_agg(address) FROM feed) AS grew,
+      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies,
       fanned.n AS fan_out
     FROM input
       LEFT JOIN target ON target.ord = input.ord
@@ -234,20 +236,16 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
       LEFT JOIN written ON written.id = granted.id
       LEFT JOIN (SELECT ord, count(*)::int AS n FROM fanout GROUP BY ord) AS fanned ON fanned.ord = input.ord AND written.id IS NOT NULL
     ORDER BY input.ord`)
-  return {
-    // Every row carries the same list.
-    grew: rows[0]?.grew ?? [],
-    outcomes: rows.map((r) => ({
-      found: r.found,
-      deactivated: r.deactivated,
-      member: r.member,
-      earlierMessageId: r.earlier_id,
-      earlierHash: r.earlier_hash,
-      keySends: r.key_sends ?? 0,
-      used: r.used,
-      written: r.written,
-      createdAt: r.created_at,
-      fanOut: r.fan_out ?? 0
-    }))
-  }
+  return rows.map((r) => ({
+    found: r.found,
+    deactivated: r.deactivated,
+    member: r.member,
+    earlierMessageId: r.earlier_id,
+    earlierHash: r.earlier_hash,
+    keySends: r.key_sends ?? 0,
+    used: r.used,
+    written: r.written,
+    createdAt: r.created_at,
+    fanOut: r.fan_out ?? 0
+  }))
 }

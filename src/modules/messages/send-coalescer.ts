@@ -4,7 +4,6 @@ import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
 import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
-import { createEventsRepository } from '../events/events.repository.js'
 import { createIdempotencyRepository, IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
 import type { Message } from './messages.schemas.js'
 import {
@@ -72,7 +71,7 @@ interface Pending {
 /**
  * Commit coalescing for POST /message. A send waits for a free batch slot; sends that arrive
  * while `concurrency` batches are in flight queue up and are written together by the next one,
- * in one statement (writeBatch): one commit and one WAL flush for them all, then one NOTIFY,
+ * in one statement (writeBatch): one commit, one WAL flush and one round of NOTIFY for them all,
  * each request still answered only after that commit, each with its own outcome. Under light
  * load a send finds a slot free and goes at once, alone, so coalescing adds no wait.
  *
@@ -174,9 +173,9 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     const sends = batch.map((p) => p.send)
     const groups = sends.filter((s) => s.toGroup).map((s) => s.recipient)
     const keyed = sends.some((s) => s.idempotencyKey !== undefined)
-    let result: { outcomes: BatchOutcome[], grew: string[] }
+    let outcomes: BatchOutcome[]
     try {
-      result = keyed || groups.length > 0
+      outcomes = keyed || groups.length > 0
         ? await db.transaction(async (tx) => {
           if (keyed) {
             const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
@@ -198,8 +197,6 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       return
     }
     written()
-    announce(result.grew)
-    const { outcomes } = result
     const alone: Pending[] = []
     batch.forEach((p, i) => {
       const outcome = outcomes[i]!
@@ -209,17 +206,6 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       else settle(p, outcome, now)
     })
     for (const p of alone) await write([p])
-  }
-
-  /**
-   * Wakes the feeds' readers once the batch has committed. Not awaited: a reader is woken a
-   * round trip after the commit, and no send waits for it. Tried twice; a wake-up lost to a
-   * database blip right after the commit delays a reader until its own re-check (the bot's
-   * second, a long-poll's end, a stream's 30 s), as a NOTIFY lost with its connection would.
-   */
-  function announce (addresses: string[]): void {
-    const feeds = createEventsRepository(db)
-    feeds.announce(addresses).catch(() => feeds.announce(addresses)).catch(() => {})
   }
 
   function remember (group: string, size: number): void {
