@@ -1,4 +1,4 @@
-import { and, asc, eq, ilike, inArray, isNull, sql } from 'drizzle-orm'
+import { and, asc, count, eq, ilike, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { likePattern } from '../../db/like.js'
 import { newId } from '../../ids.js'
@@ -52,6 +52,14 @@ export function createGroupsRepository (db: Db) {
       const rows = await db.select({ address: groupMembers.address }).from(groupMembers)
         .where(eq(groupMembers.groupId, id)).orderBy(asc(groupMembers.address))
       return rows.map((r) => r.address)
+    },
+
+    /** How many members a message reaches (activeMembers), counted by the index alone. */
+    async activeMemberCount (id: string): Promise<number> {
+      const [row] = await db.select({ n: count() }).from(groupMembers)
+        .innerJoin(users, eq(users.address, groupMembers.address))
+        .where(and(eq(groupMembers.groupId, id), isNull(users.deactivatedAt)))
+      return row?.n ?? 0
     },
 
     /** Members a message reaches: those whose user an operator has not deactivated. */

@@ -2,6 +2,7 @@ import type { Db } from '../../db/client.js'
 import { isDatabaseUnavailable } from '../../db/errors.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
+import { createGroupsRepository } from '../groups/groups.repository.js'
 import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
 import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
 import { createIdempotencyRepository, IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
@@ -21,12 +22,14 @@ const MAX_BATCH = 64
 const MAX_GROUP_BATCH = 16
 
 /**
- * A group send reaching this many members or more (or to a group whose size this process has
- * not seen yet) goes to the large groups' lane: one batch at a time, of at most
- * LARGE_BATCH_ROWS recipients (one send always goes, however large). Without it one key sending
+ * A group send reaching this many members or more goes to the large groups' lane, with batches
+ * of their own (and a second beside a stuck one, as in every lane). Without it one key sending
  * to a 1,000-member group, four at a time as admission lets it, filled both batches of the
  * group lane with 1,000-row fan-outs, and another key's send to a group of three waited behind
- * them (p99 428 ms; see test/operations/noisy-neighbour.test.ts).
+ * them (p99 428 ms; see test/operations/noisy-neighbour.test.ts). A group's size is counted
+ * on its first send in this process and then taken from each write; a batch of either group
+ * lane takes at most LARGE_BATCH_ROWS recipients (one send always goes, however large), so a
+ * group that grew since it was counted still fans out a bounded batch.
  */
 const LARGE_FAN_OUT = 100
 const LARGE_BATCH_ROWS = 2_000
@@ -88,14 +91,14 @@ interface Pending {
  */
 export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
   const toUsers = lanes(MAX_BATCH, options.concurrency)
-  const toGroups = lanes(MAX_GROUP_BATCH, options.concurrency)
-  const toLargeGroups = lanes(MAX_GROUP_BATCH, 1, LARGE_BATCH_ROWS)
+  const toGroups = lanes(MAX_GROUP_BATCH, options.concurrency, LARGE_BATCH_ROWS)
+  const toLargeGroups = lanes(MAX_GROUP_BATCH, options.concurrency, LARGE_BATCH_ROWS)
   // Recipients each group's last send reached: which lane its next send takes.
   const groupSizes = new Map<string, number>()
 
   /**
-   * A queue and its batches in flight. With a row budget, a batch takes sends while their known
-   * fan-outs fit (a group not yet seen counts as the whole budget), the first one always.
+   * A queue and its batches in flight. With a row budget, a batch takes sends while their
+   * groups' fan-outs fit (a size unknown counts as the whole budget), the first one always.
    */
   function lanes (maxBatch: number, concurrency: number, rowBudget = Infinity) {
     const queue: Pending[] = []
@@ -214,11 +217,25 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     if (groupSizes.size > GROUP_SIZES_KEPT) groupSizes.delete(groupSizes.keys().next().value!)
   }
 
-  /** A send's lane: to a user; to a group known to be small; to a large or unseen group. */
-  function laneOf (send: BatchSend) {
+  /** A send's lane: to a user, to a small group, or to a large one (counted on first sight). */
+  async function laneOf (send: BatchSend) {
     if (!send.toGroup) return toUsers
-    const size = groupSizes.get(send.recipient)
-    return size !== undefined && size < LARGE_FAN_OUT ? toGroups : toLargeGroups
+    const size = groupSizes.get(send.recipient) ?? await countOnce(send.recipient)
+    return size < LARGE_FAN_OUT ? toGroups : toLargeGroups
+  }
+
+  // Counts in flight: sends to a group not yet counted all wait on the one count, and so join
+  // their lane in the order they were made.
+  const counting = new Map<string, Promise<number>>()
+  function countOnce (group: string): Promise<number> {
+    let count = counting.get(group)
+    if (count === undefined) {
+      count = createGroupsRepository(db).activeMemberCount(group)
+        .then((size) => { remember(group, size); return size })
+        .finally(() => counting.delete(group))
+      counting.set(group, count)
+    }
+    return count
   }
 
   function settle (p: Pending, o: BatchOutcome, now: Date): void {
@@ -260,8 +277,9 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         idempotencyKey: input.idempotencyKey,
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)
       }
+      const lane = await laneOf(send)
       return new Promise<SendResult>((resolve, reject) => {
-        laneOf(send).add({ input, send, message, resolve, reject })
+        lane.add({ input, send, message, resolve, reject })
       })
     }
   }
