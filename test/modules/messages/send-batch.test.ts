@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import http from 'node:http'
 import pg from 'pg'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
 import { createSendCoalescer } from '../../../src/modules/messages/send-coalescer.js'
@@ -272,6 +272,16 @@ t.test('over HTTP: a replay, a mismatch and a duplicate in flight share a batch 
   t.ok(value('parley_send_batched_total') >= value('parley_send_batches_total'), 'and how many sends they carried')
 })
 
+/** A second connection holding `address`'s user row in an open transaction (PostgreSQL only). */
+async function holdUserRow (t: Test, built: Built, address: string): Promise<pg.Client> {
+  const hold = new pg.Client({ connectionString: built.url })
+  await hold.connect()
+  t.teardown(() => hold.end())
+  await hold.query('BEGIN')
+  await hold.query('SELECT 1 FROM users WHERE address = $1 FOR UPDATE', [address])
+  return hold
+}
+
 t.test('a batch waiting on a row lock does not hold other keys\' sends behind it', { skip: usingPostgres() ? false : 'holding a row needs a second connection: PostgreSQL only' }, async (t) => {
   const built = await build(t, { env: FAST })
   const alice = await built.as('alice')
@@ -279,11 +289,7 @@ t.test('a batch waiting on a row lock does not hold other keys\' sends behind it
   await built.createUser('bob')
   await built.createUser('carol')
   // Another transaction holds bob's user row (his feed's counter), as a long group change would.
-  const hold = new pg.Client({ connectionString: built.url })
-  await hold.connect()
-  t.teardown(() => hold.end())
-  await hold.query('BEGIN')
-  await hold.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
+  const hold = await holdUserRow(t, built, 'bob')
 
   const stuck = alice.post('/v2/message', { recipient: 'bob', body: 'waits for the lock' })
   await new Promise((resolve) => setTimeout(resolve, 100))
@@ -301,11 +307,7 @@ t.test('a client that hangs up while its send waits in the queue still gets a wh
   const built = await build(t, { env: FAST })
   const alice = await built.as('alice')
   await built.createUser('bob')
-  const hold = new pg.Client({ connectionString: built.url })
-  await hold.connect()
-  t.teardown(() => hold.end())
-  await hold.query('BEGIN')
-  await hold.query('SELECT 1 FROM users WHERE address = \'bob\' FOR UPDATE')
+  const hold = await holdUserRow(t, built, 'bob')
 
   // A staged attachment (larger than what a request may keep in memory), sent over a real
   // socket that the client closes once the body is out and its send waits on bob's row.
