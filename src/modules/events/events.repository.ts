@@ -135,8 +135,7 @@ export function createEventsRepository (db: Db) {
         .orderBy(asc(events.seq))
         .limit(1)
         .for('update', { skipLocked: true })
-      if (row === undefined) return undefined
-      await db.update(events).set({ ackedAt: sql`now()` }).where(and(eq(events.address, address), eq(events.seq, row.seq)))
+      if (row !== undefined) await this.acknowledge(address, [row.seq], undefined)
       return row
     },
 
