@@ -65,9 +65,13 @@ export function takeFeedIds (recipients: SQL): SQL {
   return sql`locked AS (
       SELECT address FROM users WHERE address IN (SELECT address FROM ${recipients}) ORDER BY address FOR NO KEY UPDATE
     ), feed AS (
+      -- locked runs to its end first, once (a one-time filter, not a join: the generic plan, which
+      -- guesses a few rows, joined the two in a nested loop, quadratic in a group batch's feeds).
+      -- The update must touch only rows locked has already taken, in its order: a filter that
+      -- refers to the row (IN, EXISTS, a join) lets the two interleave, and writers deadlock.
       UPDATE users SET event_seq = users.event_seq + g.n
       FROM (SELECT address, count(*) AS n FROM ${recipients} GROUP BY address) AS g
-      WHERE users.address = g.address AND users.address IN (SELECT address FROM locked)
+      WHERE users.address = g.address AND (SELECT count(*) FROM locked) >= 0
       RETURNING users.address, users.event_seq, g.n
     )`
 }
