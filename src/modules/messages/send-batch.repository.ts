@@ -282,8 +282,9 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
     ), by_ord AS (
       -- Each send's message id and event by its place in the batch (null when not written), for
       -- the rows per recipient to index rather than join: the generic plan joined them in a
-      -- nested loop, recipients x sends. A recipient's send is always written (its feed was
-      -- taken), so a null here could only fail the insert, never write a wrong row.
+      -- nested loop, recipients x sends. Element i is send i only while sent holds at most one
+      -- row per ord (granted's two halves are disjoint; keep it so). A recipient's send is
+      -- always written (its feed was taken): a null here could only fail a NOT NULL insert.
       SELECT array_agg(sent.id ORDER BY input.ord) AS ids, array_agg(sent.event ORDER BY input.ord) AS events
       FROM input LEFT JOIN sent ON sent.ord = input.ord
     ), written AS (
