@@ -6,18 +6,18 @@
  * Environment: BENCH_DATABASE_URL (an admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
  * BENCH_SECONDS (10) and BENCH_WARMUP_SECONDS (3) per scenario.
  */
-import { randomBytes } from 'node:crypto'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import pg from 'pg'
-import { createFixtures, freshDatabase, ROOT, startService, type Key } from './fixtures.js'
+import { createFixtures, freshDatabase, ROOT, startService } from './fixtures.js'
 import { pgbench, type PgbenchResult } from './pgbench.js'
 import { noisyNeighbours } from './neighbours.js'
 import { idlePollMemory, wakeUpLatency } from './pollers.js'
 import { streamWakeUp, webhookThroughput } from './push.js'
 import { searchCost } from './search-cost.js'
+import { jsonSend, multipartSend, type Request } from './sends.js'
 import { transfers } from './transfers.js'
 
 const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -29,8 +29,6 @@ const IDLE_POLLS = 5_000
 const POLLS_PER_KEY = 10
 
 interface HttpRow { scenario: string, connections: number, rps: number, p50: number, p99: number, errors: number, limit?: PgbenchResult }
-
-interface Request { path: string, method: 'GET' | 'POST', headers: Record<string, string>, body?: string | Buffer }
 
 /** Runs one HTTP scenario: a warm-up, then the measured run; connection i makes request i. */
 async function load (url: string, connections: number, requestFor: (i: number) => Request): Promise<{ rps: number, p50: number, p99: number, errors: number }> {
@@ -56,27 +54,6 @@ async function load (url: string, connections: number, requestFor: (i: number) =
     p99: result.latency.p99,
     errors: result.errors + result.timeouts + result.non2xx
   }
-}
-
-const json = (from: Key, recipient: string): Request => ({
-  path: '/v2/message',
-  method: 'POST',
-  headers: { authorization: from.authorization, 'content-type': 'application/json' },
-  body: JSON.stringify({ recipient, body: 'hello from the benchmark' })
-})
-
-const IMAGE = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), randomBytes(10 * 1024 - 8)])
-
-function multipart (from: Key, recipient: string): Request {
-  const boundary = 'parleyBenchBoundary'
-  const field = (name: string, value: string) => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`
-  const body = Buffer.concat([
-    Buffer.from(field('recipient', recipient) + field('body', 'a picture') +
-      `--${boundary}\r\nContent-Disposition: form-data; name="attachment"; filename="bench.png"\r\nContent-Type: image/png\r\n\r\n`),
-    IMAGE,
-    Buffer.from(`\r\n--${boundary}--\r\n`)
-  ])
-  return { path: '/v2/message', method: 'POST', headers: { authorization: from.authorization, 'content-type': `multipart/form-data; boundary=${boundary}` }, body }
 }
 
 async function machine (databaseUrl: string) {
@@ -120,14 +97,14 @@ async function main (): Promise<void> {
     }
     for (const connections of [10, 50]) {
       console.log(`scenario 1: POST /v2/message JSON, ${connections} connections`)
-      rows.push({ scenario: '1. send, JSON, 1:1', connections, ...await load(url, connections, (i) => json(f.senders[i]!, f.receivers[i]!.address)), limit: limits.get(connections)! })
+      rows.push({ scenario: '1. send, JSON, 1:1', connections, ...await load(url, connections, (i) => jsonSend(f.senders[i]!, f.receivers[i]!.address)), limit: limits.get(connections)! })
     }
     for (const connections of [10, 50]) {
       console.log(`scenario 2: POST /v2/message multipart with a 10 KiB image, ${connections} connections`)
-      rows.push({ scenario: '2. send, multipart, 10 KiB image', connections, ...await load(url, connections, (i) => multipart(f.senders[i]!, f.receivers[i]!.address)), limit: limits.get(connections)! })
+      rows.push({ scenario: '2. send, multipart, 10 KiB image', connections, ...await load(url, connections, (i) => multipartSend(f.senders[i]!, f.receivers[i]!.address)), limit: limits.get(connections)! })
     }
     console.log('scenario 3: group message to 20 members, 50 connections')
-    rows.push({ scenario: '3. send to a group of 20', connections: PAIRS, ...await load(url, PAIRS, (i) => json(f.groups[i]!.sender, f.groups[i]!.id)), limit: limits.get(50)! })
+    rows.push({ scenario: '3. send to a group of 20', connections: PAIRS, ...await load(url, PAIRS, (i) => jsonSend(f.groups[i]!.sender, f.groups[i]!.id)), limit: limits.get(50)! })
     console.log('scenario 5: GET /v2/user/{user}, 50 connections')
     rows.push({
       scenario: '5. GET /v2/user/{user}',
