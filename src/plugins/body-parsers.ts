@@ -7,6 +7,7 @@ import { UnsupportedMediaType, ValidationFailed } from '../errors.js'
 import { loggableError } from '../db/errors.js'
 import { sendError } from './errors.js'
 import { formFieldsOver, jsonValuesOver } from './body-budget.js'
+import { HEADERS_NEVER_END, parseWholeMultipart } from './whole-multipart.js'
 import { readUpload, UploadedFile, type UploadProgress, type UploadSink } from './uploads.js'
 
 declare module 'fastify' {
@@ -57,6 +58,30 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
     if (jsonValuesOver(body as string, opts.maxBodyValues)) return done(tooMany(), undefined)
     parseJson(req, body as string, done)
   })
+  // busboy's limits, for the plugin and for whole bodies alike (parts: the plugin's default).
+  const limits = {
+    fileSize: opts.maxAttachmentBytes,
+    files: opts.maxAttachments,
+    fields: 32,
+    // A body of MAX_BODY_CHARS characters, each up to 4 bytes of UTF-8.
+    fieldSize: Math.max(opts.maxBodyChars * 4, 1024),
+    headerPairs: 100,
+    parts: 1000
+  }
+  // A body of at most one chunk whose length is announced is read whole and parsed in one go
+  // (whole-multipart.ts): every file in it would be held in memory anyway (inlineBytesLeft), so
+  // nothing is staged, and no parser can stall on a body it already has whole. Registered before
+  // the plugin's own hook (hooks run in order) and before the stall watchdog: once the body is
+  // parsed, isMultipart() answers false for this request, and both leave it alone.
+  app.addHook('preValidation', async (req) => {
+    if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
+    const length = Number(req.headers['content-length'])
+    if (!Number.isInteger(length) || length > opts.chunkBytes) return
+    const chunks: Buffer[] = []
+    for await (const chunk of req.raw) chunks.push(chunk as Buffer)
+    req.body = await parseWholeMultipart(req.headers, Buffer.concat(chunks), limits, app.multipartErrors)
+    Object.defineProperty(req, 'isMultipart', { value: () => false })
+  })
   // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
   // waits for a blank line that never comes, and stops reading the request. A multipart body
   // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused
@@ -77,21 +102,14 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
       clearInterval(watchdogs.get(req))
       if (reply.sent) return
       reply.header('connection', 'close')
-      sendError(reply, new ValidationFailed('body: malformed multipart/form-data: a part\'s headers never end'))
+      sendError(reply, new ValidationFailed(HEADERS_NEVER_END))
     }, MULTIPART_STALL_MS / 4).unref())
   })
   app.addHook('onResponse', async (req) => { clearInterval(watchdogs.get(req)) })
 
   await app.register(multipart, {
     attachFieldsToBody: 'keyValues',
-    limits: {
-      fileSize: opts.maxAttachmentBytes,
-      files: opts.maxAttachments,
-      fields: 32,
-      // A body of MAX_BODY_CHARS characters, each up to 4 bytes of UTF-8.
-      fieldSize: Math.max(opts.maxBodyChars * 4, 1024),
-      headerPairs: 100
-    },
+    limits,
     async onFile (part) {
       const req = this
       let file: UploadedFile

@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable, loggableError } from '../db/errors.js'
 import { AppError, Internal, NotFound, PayloadTooLarge, RateLimited, Unauthorized, Unavailable, UnsupportedMediaType, ValidationFailed } from '../errors.js'
+import { INVALID_JSON_FIELD } from './whole-multipart.js'
 
 const ACCEPTED_TYPES = 'application/json, application/x-www-form-urlencoded, or multipart/form-data where files are taken'
 
@@ -30,6 +31,8 @@ function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttach
       return new ValidationFailed('body: too many multipart parts')
     case 'FST_PROTO_VIOLATION':
       return new ValidationFailed('body: field names __proto__ and constructor are not allowed')
+    case 'FST_INVALID_JSON_FIELD_ERROR':
+      return new ValidationFailed(INVALID_JSON_FIELD)
     case 'FST_MP_PREMATURE_CLOSE':
       return new ValidationFailed('body: the multipart body ended early')
     case 'FST_BASIC_AUTH_MISSING_OR_BAD_AUTHORIZATION_HEADER':

@@ -6,7 +6,7 @@ import { newId } from '../ids.js'
 const TOKEN = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+$/
 
 /** The uploaded type when it is a plain `type/subtype`, else application/octet-stream. */
-function safeContentType (given: string): string {
+export function safeContentType (given: string): string {
   return TOKEN.test(given) && given.length <= 127 ? given.toLowerCase() : 'application/octet-stream'
 }
 
@@ -14,7 +14,7 @@ function safeContentType (given: string): string {
  * A filename fit to store: no path, no control characters, no bidi embedding/override/isolate
  * controls (which make `exe.txt` display as `txt.exe`), at most 255 characters.
  */
-function safeFilename (given: string | undefined): string {
+export function safeFilename (given: string | undefined): string {
   // eslint-disable-next-line no-control-regex
   const base = (given ?? '').split(/[\\/]/).pop()!.replace(/[\u0000-\u001f\u007f\u202a-\u202e\u2066-\u2069]/g, '').trim()
   return [...(base === '' || base === '.' || base === '..' ? 'attachment' : base)].slice(0, 255).join('')
