@@ -79,7 +79,8 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
     if (!Number.isInteger(length) || length > opts.chunkBytes) return
     const chunks: Buffer[] = []
     for await (const chunk of req.raw) chunks.push(chunk as Buffer)
-    req.body = await parseWholeMultipart(req.headers, Buffer.concat(chunks), limits, app.multipartErrors)
+    const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
+    req.body = await parseWholeMultipart(req.headers, body, limits, app.multipartErrors)
     Object.defineProperty(req, 'isMultipart', { value: () => false })
   })
   // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end

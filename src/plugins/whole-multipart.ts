@@ -75,8 +75,8 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
       // Destroyed without an end (busboy gave up on it): its value stays unset, as the plugin leaves it.
       stream.on('close', resolve)
       stream.on('end', () => {
-        // Copied out of the body, so one file does not keep the whole request's buffer alive.
-        const bytes = Buffer.concat(chunks)
+        // Usually one slice of the body, kept as it is: the body lives as long as the request.
+        const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
         const sha256 = createHash('sha256').update(bytes).digest('hex')
         entry.value = new UploadedFile(safeFilename(filename), safeContentType(mimetype), newId('upl'), bytes.length, sha256, bytes)
         resolve()
