@@ -20,6 +20,9 @@ declare module 'fastify' {
 /** JSON and form bodies are capped at 1 MiB before they are buffered (API.md §1). */
 export const BODY_LIMIT = 1024 * 1024
 
+/** The most non-file fields a multipart body may have. */
+const MULTIPART_FIELDS = 32
+
 /** How long reading a multipart body may stand still on the parser's side before it counts as malformed. */
 const MULTIPART_STALL_MS = 2_000
 
@@ -58,15 +61,17 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
     if (jsonValuesOver(body as string, opts.maxBodyValues)) return done(tooMany(), undefined)
     parseJson(req, body as string, done)
   })
-  // busboy's limits, for the plugin and for whole bodies alike (parts: the plugin's default).
+  // busboy's limits, for the plugin and for whole bodies alike. Parts: no more than the fields
+  // and files a message may have (the plugin's default, 1,000, let a body of empty parts cost
+  // busboy far more to parse than any send).
   const limits = {
     fileSize: opts.maxAttachmentBytes,
     files: opts.maxAttachments,
-    fields: 32,
+    fields: MULTIPART_FIELDS,
     // A body of MAX_BODY_CHARS characters, each up to 4 bytes of UTF-8.
     fieldSize: Math.max(opts.maxBodyChars * 4, 1024),
     headerPairs: 100,
-    parts: 1000
+    parts: MULTIPART_FIELDS + opts.maxAttachments
   }
   // A body of at most one chunk whose length is announced is read whole and parsed in one go
   // (whole-multipart.ts): every file in it would be held in memory anyway (inlineBytesLeft), so
@@ -107,6 +112,14 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
     }, MULTIPART_STALL_MS / 4).unref())
   })
   app.addHook('onResponse', async (req) => { clearInterval(watchdogs.get(req)) })
+  // A streamed body refused part-way (a limit, a malformed part) is parsed no further: busboy
+  // would parse every part left, however many (the plugin keeps it going after a limit), so the
+  // rest is read and dropped instead, and the connection stays usable.
+  app.addHook('onError', async (req) => {
+    if (req.routeOptions.config.acceptsFiles !== true || req.raw.readableEnded) return
+    req.raw.unpipe()
+    req.raw.resume()
+  })
 
   await app.register(multipart, {
     attachFieldsToBody: 'keyValues',

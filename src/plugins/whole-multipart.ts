@@ -9,6 +9,9 @@ import { safeContentType, safeFilename, UploadedFile } from './uploads.js'
 
 type Limits = NonNullable<BusboyConfig['limits']>
 
+/** How much of a body busboy is given at a time: what it may parse past a limit (~1,000 empty parts, 10-20 ms of CPU). */
+const SLICE_BYTES = 16 * 1024
+
 /** What a body busboy cannot finish parsing is answered, on either path (body-parsers.ts). */
 export const HEADERS_NEVER_END = 'body: malformed multipart/form-data: a part\'s headers never end'
 
@@ -32,20 +35,23 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
   // Fields and files in the body's order; a file's value is filled in when its part ends.
   const entries: { name: string, value: unknown }[] = []
   const fileEnds: Promise<void>[] = []
-  // As in the plugin, the last error seen is the one answered.
+  // As in the plugin, the first limit reached is the answer, else the last error seen.
+  let limitError: Error | undefined
   let lastError: Error | undefined
+  let failed = false
   const bb = new Busboy({ headers: headers as BusboyConfig['headers'], limits })
   const finished = new Promise<void>((resolve) => {
     bb.on('finish', resolve)
     bb.on('error', (err: Error) => {
+      failed = true
       // An empty body is an empty form, as the plugin has it.
       if (body.length > 0 || err.message !== 'Unexpected end of multipart data') lastError = err
       resolve()
     })
   })
-  bb.on('partsLimit', () => { lastError = new errors.PartsLimitError() })
-  bb.on('filesLimit', () => { lastError = new errors.FilesLimitError() })
-  bb.on('fieldsLimit', () => { lastError = new errors.FieldsLimitError() })
+  bb.on('partsLimit', () => { limitError ??= new errors.PartsLimitError() })
+  bb.on('filesLimit', () => { limitError ??= new errors.FilesLimitError() })
+  bb.on('fieldsLimit', () => { limitError ??= new errors.FieldsLimitError() })
   bb.on('field', (name: string, value: string, _nameTruncated: boolean, valueTruncated: boolean, _encoding: string, contentType: string) => {
     if (name in Object.prototype) {
       lastError = new errors.PrototypeViolationError()
@@ -83,7 +89,13 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
       })
     }))
   })
-  bb.end(body)
+  // Fed a slice at a time, and no more once a limit is reached: busboy parses every part it is
+  // given, over the limit or not, and 256 KiB of empty parts cost it ~150 ms of CPU.
+  for (let at = 0; at < body.length && limitError === undefined && !failed; at += SLICE_BYTES) {
+    await new Promise<void>((resolve) => bb.write(body.subarray(at, at + SLICE_BYTES), () => resolve()))
+  }
+  if (limitError !== undefined) throw limitError
+  bb.end()
   // busboy goes on by process.nextTick alone, and the body is all there: if it has not finished
   // once the event loop turns, it never will (a part whose headers never end waits for a blank
   // line that cannot come). The streaming path's watchdog answers such a body the same way.
@@ -92,7 +104,8 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
   await new Promise((resolve) => setImmediate(resolve))
   if (!settled) throw new ValidationFailed(HEADERS_NEVER_END)
   await Promise.all(fileEnds)
-  if (lastError !== undefined) throw lastError
+  const error = limitError ?? lastError
+  if (error !== undefined) throw error
   const byName = new Map<string, unknown[]>()
   for (const { name, value } of entries) {
     if (value === undefined) continue

@@ -213,6 +213,41 @@ t.test('wide JSON bodies: 1 MiB of 499,000 array elements, 18 a second for 3 s, 
   t.same(sent.answers['/v2/metadata/mallory'], ['400 VALIDATION_FAILED'], 'each wide metadata write was refused, none stored')
 })
 
+t.test('multipart bodies of 16,000 empty parts, read whole and streamed, 8 a second for 3 s, by one key', async (t) => {
+  const { base, abuser, carol } = await setUp(t, DEFAULT_LIMITS)
+  const watch = bystander(base, carol.authorization, 70)
+  // Parts past the limit cost busboy as much to parse as any: 256 KiB of them took ~150 ms of
+  // CPU a request, 2 MiB streamed up to 1 s, and four at a time held the bystander ~1 s.
+  const sent = await fromAbuser<{ sizes: number[], answers: string[] }>(`
+    const [base, authorization] = process.argv.slice(1)
+    const head = '--b0undary\\r\\nContent-Disposition: form-data; name="recipient"\\r\\n\\r\\nbob\\r\\n'
+    const bodyOf = (parts) => Buffer.from(head + '--b0undary\\r\\n\\r\\n\\r\\n'.repeat(parts) + '--b0undary--\\r\\n')
+    const whole = bodyOf(16000)
+    const long = bodyOf(131000)
+    const answers = new Set()
+    const sending = []
+    ;(async () => {
+      for (let i = 0; i < 24; i++) {
+        // With its length (read whole), chunked (streamed), and 2 MiB chunked.
+        const body = i % 3 === 2 ? long : whole
+        const streamed = i % 3 !== 0
+        sending.push(fetch(base + '/v2/message', {
+          method: 'POST',
+          headers: { authorization, 'content-type': 'multipart/form-data; boundary=b0undary' },
+          body: streamed ? new ReadableStream({ start (c) { c.enqueue(new Uint8Array(body)); c.close() } }) : body,
+          ...(streamed ? { duplex: 'half' } : {})
+        }).then(async (res) => { answers.add((res.status + ' ' + ((await res.json()).code ?? '')).trim()) }))
+        await new Promise((resolve) => setTimeout(resolve, 1000 / 8))
+      }
+      await Promise.all(sending)
+      process.stdout.write(JSON.stringify({ sizes: [whole.length, long.length], answers: [...answers] }))
+    })()
+  `, [base, abuser.authorization])
+  judge(t, '24 bodies of empty parts', await watch.stop())
+  t.ok(sent.sizes[0]! <= 256 * 1024, 'the whole ones fit one chunk (read whole)')
+  t.same(sent.answers, ['400 VALIDATION_FAILED'], 'each was refused: too many parts')
+})
+
 /** The made-up key ids' requests: `count` of them, `concurrency` at a time; the count of each status. */
 async function floodWithMadeUpKeys (base: string, count: number, concurrency: number): Promise<Record<string, number>> {
   return fromAbuser(`
