@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
-import type { Writable } from 'node:stream'
-import type { Server } from 'node:http'
+import type { Duplex, Writable } from 'node:stream'
+import { STATUS_CODES, type Server } from 'node:http'
 import type { FastifyHttpOptions } from 'fastify'
 import type { Config } from './config.js'
 import { AppError, ValidationFailed } from './errors.js'
@@ -55,6 +55,22 @@ export function serverOptions (config: Config, logStream: Writable | undefined) 
       connectionsCheckingInterval: 1000
     },
     requestTimeout: config.requestTimeoutSeconds * 1000,
-    connectionTimeout: 65_000
+    connectionTimeout: 65_000,
+    // What Node's HTTP parser refuses before Fastify sees a request (a timeout, headers too
+    // large, bytes that are not HTTP, a Content-Length the body does not keep): answered in the
+    // contract's shape too, then the socket closed, as Fastify's own handler does.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket: Duplex) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return
+      const [status, message] = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, `the request did not arrive whole within ${config.requestTimeoutSeconds} s`]
+        : err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'the request headers are too large']
+          : [400, 'malformed HTTP request']
+      const body = JSON.stringify(new AppError(status, 'VALIDATION_FAILED', message).toJSON())
+      if (socket.writable) {
+        socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+      }
+      socket.destroy()
+    }
   } satisfies FastifyHttpOptions<Server>
 }

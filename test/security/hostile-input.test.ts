@@ -237,6 +237,22 @@ t.test('hostile bytes on the wire: the HTTP layer refuses them and the server li
     socket.on('close', () => { clearTimeout(timer); resolve(answer.split('\r\n')[0] ?? '') })
   })
   const auth = `Authorization: ${alice.authorization}\r\n`
+  // What Node's parser refuses is answered in the contract's shape too (server-options.ts).
+  for (const [name, bytes, status] of [
+    ['headers too large', `GET /v2/user/alice HTTP/1.1\r\nHost: x\r\n${auth}X-Big: ${'a'.repeat(100_000)}\r\n\r\n`, 431],
+    ['a broken chunked body', `POST /v2/message HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`, 400]
+  ] as const) {
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1')
+      let text = ''
+      socket.on('connect', () => socket.write(bytes))
+      socket.on('data', (chunk) => { text += chunk.toString('latin1') })
+      socket.on('error', () => {})
+      socket.on('close', () => resolve(text))
+    })
+    const error = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as Record<string, unknown>
+    t.match(error, { statusCode: status, code: 'VALIDATION_FAILED', message: String }, `${name}: ${status} with a JSON error body`)
+  }
   const stalling = `--b0undary\r\n\r\n${'x'.repeat(100_000)}\r\n--b0undary--\r\n`
   const cases: [string, string | Buffer, RegExp][] = [
     ['a 100 KB header', `GET /v2/user/alice HTTP/1.1\r\nHost: x\r\n${auth}X-Big: ${'a'.repeat(100_000)}\r\n\r\n`, /^HTTP\/1\.1 431/],
