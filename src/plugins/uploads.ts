@@ -6,7 +6,7 @@ import { newId } from '../ids.js'
 const TOKEN = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+$/
 
 /** The uploaded type when it is a plain `type/subtype`, else application/octet-stream. */
-export function safeContentType (given: string): string {
+function safeContentType (given: string): string {
   return TOKEN.test(given) && given.length <= 127 ? given.toLowerCase() : 'application/octet-stream'
 }
 
@@ -14,10 +14,20 @@ export function safeContentType (given: string): string {
  * A filename fit to store: no path, no control characters, no bidi embedding/override/isolate
  * controls (which make `exe.txt` display as `txt.exe`), at most 255 characters.
  */
-export function safeFilename (given: string | undefined): string {
+function safeFilename (given: string | undefined): string {
   // eslint-disable-next-line no-control-regex
   const base = (given ?? '').split(/[\\/]/).pop()!.replace(/[\u0000-\u001f\u007f\u202a-\u202e\u2066-\u2069]/g, '').trim()
   return [...(base === '' || base === '.' || base === '..' ? 'attachment' : base)].slice(0, 255).join('')
+}
+
+/** An uploaded file as stored: its name and type as the client gave them, made safe to keep. */
+function uploaded (filename: string | undefined, mimetype: string, uploadId: string, size: number, sha256: string, bytes?: Buffer): UploadedFile {
+  return new UploadedFile(safeFilename(filename), safeContentType(mimetype), uploadId, size, sha256, bytes)
+}
+
+/** A file that arrived whole in memory (a body read whole: whole-multipart.ts), hashed here. */
+export function heldFile (filename: string, mimetype: string, bytes: Buffer): UploadedFile {
+  return uploaded(filename, mimetype, newId('upl'), bytes.length, createHash('sha256').update(bytes).digest('hex'), bytes)
 }
 
 /** Where a streaming upload puts its bytes: one chunk at a time, or all of them away again. */
@@ -112,11 +122,11 @@ export async function readUpload (part: MultipartFile, sink: UploadSink, chunkBy
     else if (seq === 0 && pendingBytes <= storing.inlineBytesLeft) {
       storing.inlineBytesLeft -= pendingBytes
       const bytes = Buffer.concat(pending, pendingBytes)
-      return new UploadedFile(safeFilename(part.filename), safeContentType(part.mimetype), uploadId, size, hash.digest('hex'), bytes)
+      return uploaded(part.filename, part.mimetype, uploadId, size, hash.digest('hex'), bytes)
     } else if (pendingBytes > 0) await flush(pendingBytes)
   } catch (err) {
     await sink.discard([uploadId]).catch(() => {})
     throw err
   }
-  return new UploadedFile(safeFilename(part.filename), safeContentType(part.mimetype), uploadId, size, hash.digest('hex'))
+  return uploaded(part.filename, part.mimetype, uploadId, size, hash.digest('hex'))
 }

@@ -1,13 +1,12 @@
-import { createHash } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
 import { Busboy, type BusboyConfig, type BusboyFileStream } from '@fastify/busboy'
 import type { FastifyInstance } from 'fastify'
 import secureJson from 'secure-json-parse'
 import { ValidationFailed } from '../errors.js'
-import { newId } from '../ids.js'
-import { safeContentType, safeFilename, UploadedFile } from './uploads.js'
+import { heldFile } from './uploads.js'
 
 type Limits = NonNullable<BusboyConfig['limits']>
+type MultipartErrors = FastifyInstance['multipartErrors']
 
 /** How much of a body busboy is given at a time: what it may parse past a limit (~1,000 empty parts, 10-20 ms of CPU). */
 const SLICE_BYTES = 16 * 1024
@@ -17,7 +16,6 @@ export const HEADERS_NEVER_END = 'body: malformed multipart/form-data: a part\'s
 
 /** What a field typed application/json that is not JSON is answered, on either path (errors.ts). */
 export const INVALID_JSON_FIELD = 'body: a multipart field whose Content-Type is application/json is not valid JSON'
-type MultipartErrors = FastifyInstance['multipartErrors']
 
 /**
  * Parses a multipart body held whole into the fields @fastify/multipart's `keyValues` mode
@@ -82,9 +80,8 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
       stream.on('close', resolve)
       stream.on('end', () => {
         // Usually one slice of the body, kept as it is: the body lives as long as the request.
-        const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
-        const sha256 = createHash('sha256').update(bytes).digest('hex')
-        entry.value = new UploadedFile(safeFilename(filename), safeContentType(mimetype), newId('upl'), bytes.length, sha256, bytes)
+        // Usually one slice of the body, kept as it is: the body lives as long as the request.
+        entry.value = heldFile(filename, mimetype, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks))
         resolve()
       })
     }))
@@ -106,14 +103,8 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
   await Promise.all(fileEnds)
   const error = limitError ?? lastError
   if (error !== undefined) throw error
-  const byName = new Map<string, unknown[]>()
-  for (const { name, value } of entries) {
-    if (value === undefined) continue
-    const values = byName.get(name)
-    if (values === undefined) byName.set(name, [value])
-    else values.push(value)
-  }
-  const fields: Record<string, unknown> = {}
-  for (const [name, values] of byName) fields[name] = values.length === 1 ? values[0] : values
-  return fields
+  // Names in Object.prototype were refused above, so these keys are plain.
+  const byName: Record<string, unknown[]> = {}
+  for (const { name, value } of entries) if (value !== undefined) (byName[name] ??= []).push(value)
+  return Object.fromEntries(Object.entries(byName).map(([name, values]) => [name, values.length === 1 ? values[0] : values]))
 }
