@@ -1,20 +1,22 @@
 /**
  * What a send costs in CPU (issue #15): the service from this checkout on the machine's
  * PostgreSQL, JSON sends and multipart sends with a 10 KiB image (scenarios 1 and 2) at 10 and
- * 50 connections, ROUNDS (2) interleaved rounds of BENCH_SECONDS (8) each. For every run it
+ * 50 connections (CONNECTIONS), and to a group of 20 (KINDS picks among json, multipart, group), ROUNDS (2) interleaved rounds of BENCH_SECONDS (8) each. For every run it
  * prints requests/s and latency, and the CPU time of the service's process and of every
  * PostgreSQL process over the run, from /proc, as a share of a core and per send: the figures
  * that say which side a change must shrink. Linux only. `npm run bench:cpu`.
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import autocannon from 'autocannon'
-import { createFixtures, freshDatabase, startService, type Key } from './fixtures.js'
+import { createFixtures, freshDatabase, startService } from './fixtures.js'
 import { jsonSend, multipartSend, type Request } from './sends.js'
 
 const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8)
 const ROUNDS = Number(process.env.ROUNDS ?? 2)
-const CONNECTIONS = [10, 50]
+const CONNECTIONS = (process.env.CONNECTIONS ?? '10,50').split(',').map(Number)
+// KINDS: which sends, of json, multipart and group (to a group of 20).
+const KINDS = (process.env.KINDS ?? 'json,multipart,group').split(',')
 const CLOCK_TICKS = 100
 
 /** User plus system time of a process, in clock ticks (0 once it has exited). */
@@ -41,13 +43,18 @@ function postgresTicks (): number {
 
 const database = await freshDatabase(ADMIN_URL)
 try {
-  const f = await createFixtures(database.url, { pairs: Math.max(...CONNECTIONS), groups: 0, pollers: 0, idlers: 0 })
+  const f = await createFixtures(database.url, { pairs: Math.max(...CONNECTIONS), groups: Math.max(...CONNECTIONS), pollers: 0, idlers: 0 })
   const service = await startService(database.url, { LOG_LEVEL: 'warn', RATE_LIMIT_PER_SECOND: '1000000' })
   const pid = service.child.pid!
   try {
-    const kinds: [string, (from: Key, recipient: string) => Request][] = [['json', jsonSend], ['multipart', multipartSend]]
+    // Each kind: the request of the i-th connection.
+    const kinds: [string, (i: number) => Request][] = [
+      ['json', (i) => jsonSend(f.senders[i]!, f.receivers[i]!.address)],
+      ['multipart', (i) => multipartSend(f.senders[i]!, f.receivers[i]!.address)],
+      ['group', (i) => jsonSend(f.groups[i]!.sender, f.groups[i]!.id)]
+    ]
     for (let round = 1; round <= ROUNDS; round++) {
-      for (const [kind, sendOf] of kinds) {
+      for (const [kind, sendOf] of kinds.filter(([k]) => KINDS.includes(k))) {
         for (const connections of CONNECTIONS) {
           const run = (duration: number) => {
             let client = 0
@@ -58,7 +65,7 @@ try {
               duration,
               setupClient: (c) => {
                 const i = client++ % connections
-                const send = sendOf(f.senders[i]!, f.receivers[i]!.address)
+                const send = sendOf(i)
                 c.setHeadersAndBody(send.headers, send.body as string)
               }
             })

@@ -66,7 +66,42 @@ t.test('DELETE by the sender erases body and attachments from storage and tells 
       (SELECT string_agg(e.data::text, ' ') FROM events e),
       (SELECT string_agg(i::text, ' ') FROM idempotency_keys i)) AS text`)
   t.notMatch(dump!.text ?? '', /burn after reading|TOP-SECRET-BYTES/, 'no copy of body or bytes is left in any table')
+  const [left] = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM deliveries WHERE message_id = ${sent.id}`)
+  t.equal(left!.n, 0, 'its delivery rows went with it')
   const feed = (await bob.get('/v2/events')).json()
   t.same(feed.events.map((e: { type: string }) => e.type), ['message.deleted'], 'the received event is gone, a deleted event arrived')
   t.same(feed.events[0].data, { message: sent.id })
+})
+
+t.test('a user or a message deleted by hand in SQL takes its feed and its delivery rows with it', async (t) => {
+  // The send path writes events and deliveries without per-row key checks (migration 0013);
+  // triggers do what the keys' cascades did, for an operator deleting rows by hand.
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const group = (await alice.post('/v2/group', { name: 'trio', members: ['bob', 'carol'] })).json()
+  const toBob = (await alice.post('/v2/message', { recipient: 'bob', body: 'one' })).json()
+  const fromBob = (await bob.post('/v2/message', { recipient: 'carol', body: 'two' })).json()
+  const toGroup = (await alice.post('/v2/message', { recipient: group.id, body: 'three' })).json()
+  const rows = async () => (await queryRows<{ t: string, k: string }>(db, sql`
+    SELECT 'delivery' AS t, message_id || ' ' || recipient AS k FROM deliveries
+    UNION ALL SELECT 'event', address || ' ' || coalesce(message_id, type) FROM events ORDER BY 1, 2`)).map((r) => `${r.t} ${r.k}`)
+  const before = await rows()
+  for (const row of [`delivery ${toBob.id} bob`, `event bob ${toBob.id}`, `delivery ${fromBob.id} carol`, `delivery ${toGroup.id} bob`]) {
+    t.ok(before.includes(row), `written: ${row}`)
+  }
+
+  await queryRows(db, sql`DELETE FROM users WHERE address = 'bob'`)
+  const after = await rows()
+  t.notOk(after.some((r) => / bob$/.test(r) || r.startsWith('event bob ')), 'no delivery to bob and no event in his feed is left')
+  t.notOk(after.some((r) => r.startsWith(`delivery ${fromBob.id}`)), "bob's message went (by its sender's key) and its deliveries with it")
+  t.ok(after.includes(`delivery ${toGroup.id} carol`), "others' rows stay")
+  t.equal((await carol.get(`/v2/message/${toGroup.id}`)).statusCode, 200)
+
+  await queryRows(db, sql`DELETE FROM messages WHERE id = ${toGroup.id}`)
+  t.notOk((await rows()).some((r) => r.startsWith(`delivery ${toGroup.id}`)), "a message deleted by hand takes its deliveries with it")
+  t.equal((await alice.post('/v2/message', { recipient: 'carol', body: 'four' })).statusCode, 200, 'sending goes on')
+  t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'five' })).statusCode, 404, 'to a user no longer there: 404, nothing written')
+  t.notOk((await rows()).some((r) => / bob$/.test(r) || r.startsWith('event bob ')), 'still nothing for bob')
 })
