@@ -95,7 +95,11 @@ export function createEventsRepository (db: Db) {
       return new Map(taken.map((r) => [r.address, Number(r.first)]))
     },
 
-    /** Appends events to feeds inside the caller's transaction: their ids, then one statement. */
+    /**
+     * Appends events to feeds inside the caller's transaction: their ids, then one statement.
+     * Only in a transaction: the feed rows reserve locks are what prove each address a user
+     * until the events commit (events.address has no foreign key; see events.table.ts).
+     */
     async append (newEvents: NewEvent[]): Promise<void> {
       if (newEvents.length === 0) return
       const counts = new Map<string, number>()

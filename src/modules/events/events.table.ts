@@ -4,11 +4,11 @@ import { timestamptz } from '../../db/columns.js'
 
 /**
  * One feed per user. `seq` is the event id, increasing within the feed (see users.event_seq).
- * `address` names a user without a foreign key: every event is written in the statement that
- * takes its id from the user's row (takeFeedIds), which proves the user is there and holds the
- * row locked to commit, so a per-row key check would only repeat it (on a send to a group of
- * 20, 19 times). Deleting a user deletes its events by trigger (migration 0013), as the key's
- * cascade did.
+ * `address` names a user without a foreign key: every event is written in the transaction that
+ * took its id from the user's row (takeFeedIds: the send's own statement, or append's
+ * reserve), which proves the user is there and holds the row locked to commit, so a per-row
+ * key check would only repeat it (on a send to a group of 20, 19 times). Deleting a user
+ * deletes its events by trigger (migration 0013), as the key's cascade did.
  */
 export const events = pgTable('events', {
   address: text('address').notNull(),

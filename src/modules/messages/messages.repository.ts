@@ -60,7 +60,8 @@ export function createMessagesRepository (db: Db) {
     },
 
     /**
-     * Erases the message for everyone: its row, files and delivery rows go (by cascade).
+     * Erases the message for everyone: its row, files and delivery rows go (files by cascade,
+     * deliveries by trigger: migration 0013).
      * Answers the recipients it had, or undefined when it was already gone: of racing
      * deletes, only the one that removed the row gets them (the others wait on its row lock,
      * then find nothing to delete).

@@ -100,8 +100,17 @@ t.test('a user or a message deleted by hand in SQL takes its feed and its delive
   t.equal((await carol.get(`/v2/message/${toGroup.id}`)).statusCode, 200)
 
   await queryRows(db, sql`DELETE FROM messages WHERE id = ${toGroup.id}`)
-  t.notOk((await rows()).some((r) => r.startsWith(`delivery ${toGroup.id}`)), "a message deleted by hand takes its deliveries with it")
+  t.notOk((await rows()).some((r) => r.startsWith(`delivery ${toGroup.id}`)), 'a message deleted by hand takes its deliveries with it')
   t.equal((await alice.post('/v2/message', { recipient: 'carol', body: 'four' })).statusCode, 200, 'sending goes on')
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'five' })).statusCode, 404, 'to a user no longer there: 404, nothing written')
   t.notOk((await rows()).some((r) => / bob$/.test(r) || r.startsWith('event bob ')), 'still nothing for bob')
+
+  // What the keys held fixed stays fixed; TRUNCATE orphans nothing.
+  const refusal = (query: ReturnType<typeof sql>) => queryRows(db, query).then(() => 'accepted',
+    (err: Error & { cause?: Error }) => err.cause?.message ?? err.message)
+  t.match(await refusal(sql`UPDATE users SET address = 'caroline' WHERE address = 'carol'`), /address of a row of users cannot change/)
+  t.match(await refusal(sql`UPDATE messages SET id = 'msg_renamed' WHERE sender = 'alice'`), /id of a row of messages cannot change/)
+  t.ok((await rows()).length > 0, 'carol still has her rows')
+  await queryRows(db, sql`TRUNCATE users CASCADE`)
+  t.same(await rows(), [], 'emptying users empties the feeds and deliveries')
 })
