@@ -5,8 +5,17 @@ import { emptyPostgresDatabase, usingPostgres } from './support/databases.js'
 import { childDatabaseEnv, runCli, runCliInProcess, startServer, tempDir } from './support/processes.js'
 import type { TestContext } from './helper.js'
 
-const ALL_MIGRATIONS = (JSON.parse(readFileSync('migrations/meta/_journal.json', 'utf8')) as { entries: { tag: string }[] })
-  .entries.map((e) => e.tag)
+const JOURNAL = (JSON.parse(readFileSync('migrations/meta/_journal.json', 'utf8')) as { entries: { tag: string, when: number }[] }).entries
+const ALL_MIGRATIONS = JOURNAL.map((e) => e.tag)
+
+t.test('each migration is dated after the one before it', async (t) => {
+  // A database applies the migrations dated after the newest it has (src/db/migrate.ts), so one
+  // dated earlier than its predecessor would never be applied where that one was. drizzle-kit
+  // dates a new one by the clock: set its "when" by hand if the last is dated ahead.
+  for (let i = 1; i < JOURNAL.length; i++) {
+    t.ok(JOURNAL[i]!.when > JOURNAL[i - 1]!.when, `${JOURNAL[i]!.tag} is dated after ${JOURNAL[i - 1]!.tag}`)
+  }
+})
 
 const backend = usingPostgres() ? 'PostgreSQL' : 'embedded PGlite'
 
