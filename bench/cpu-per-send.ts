@@ -1,8 +1,9 @@
 /**
  * What a send costs in CPU (issue #15): the service from this checkout on the machine's
- * PostgreSQL, JSON sends and multipart sends with a 10 KiB image (scenarios 1 and 2) at 10 and
- * 50 connections (CONNECTIONS), and to a group of 20 (KINDS picks among json, multipart, group), ROUNDS (2) interleaved rounds of BENCH_SECONDS (8) each. For every run it
- * prints requests/s and latency, and the CPU time of the service's process and of every
+ * PostgreSQL, JSON sends and multipart sends with a 10 KiB image (scenarios 1 and 2) and sends
+ * to a group of 20 (scenario 3; KINDS picks among json, multipart and group) at 10 and 50
+ * connections (CONNECTIONS), ROUNDS (2) interleaved rounds of BENCH_SECONDS (8) each. For every
+ * run it prints requests/s and latency, and the CPU time of the service's process and of every
  * PostgreSQL process over the run, from /proc, as a share of a core and per send: the figures
  * that say which side a change must shrink. Linux only. `npm run bench:cpu`.
  */

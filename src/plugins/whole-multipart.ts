@@ -80,7 +80,6 @@ export async function parseWholeMultipart (headers: IncomingHttpHeaders, body: B
       stream.on('close', resolve)
       stream.on('end', () => {
         // Usually one slice of the body, kept as it is: the body lives as long as the request.
-        // Usually one slice of the body, kept as it is: the body lives as long as the request.
         entry.value = heldFile(filename, mimetype, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks))
         resolve()
       })
