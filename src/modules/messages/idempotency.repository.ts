@@ -1,4 +1,4 @@
-import { lte, sql } from 'drizzle-orm'
+import { and, eq, gt, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryPrepared } from '../../db/rows.js'
 import { idempotencyKeys } from './idempotency.table.js'
@@ -31,6 +31,18 @@ export function createIdempotencyRepository (db: Db) {
         SELECT CASE WHEN k IS NULL THEN NULL ELSE pg_try_advisory_xact_lock(hashtextextended(k, ${LOCK_SEED}::bigint)) END AS held
         FROM unnest(${sql.param(names)}::text[]) WITH ORDINALITY AS t(k, ord) ORDER BY ord`)
       return rows.map((r) => r.held)
+    },
+
+    /**
+     * The live record of a key, read without its lock: for a send that found the lock taken.
+     * Another retry's replay holds it as briefly as a send does, so a taken lock alone does not
+     * mean a send is in flight; a record committed means the send it names has finished.
+     */
+    async find (key: HeldKey, since: Date): Promise<{ messageId: string, requestHash: string } | undefined> {
+      const [row] = await db.select({ messageId: idempotencyKeys.messageId, requestHash: idempotencyKeys.requestHash })
+        .from(idempotencyKeys)
+        .where(and(eq(idempotencyKeys.keyId, key.keyId), eq(idempotencyKeys.idempotencyKey, key.idempotencyKey), gt(idempotencyKeys.createdAt, since)))
+      return row
     },
 
     /** Retention: records past the window answer nothing any more. */

@@ -81,9 +81,10 @@ interface Pending {
  * A batch with sends to groups (or with Idempotency-Keys) is a transaction: the groups are held
  * shared (and the keys' locks taken) by a statement before the write, so the write's snapshot
  * sees the membership and the records as they stand under those locks. An Idempotency-Key's
- * lock (per API key and Idempotency-Key, on every instance) is only tried: a duplicate of a send
- * still in flight is answered 409 at once, never waiting on the first send's locks nor writing
- * a copy. The holder finds a live record and answers the original message (replay), or 422 when
+ * lock (per API key and Idempotency-Key, on every instance) is only tried: a duplicate that
+ * finds it taken never waits on the holder's locks nor writes a copy; it reads the key's record
+ * after its batch (see unheld): a finished send's retry is answered as by the holder, and only
+ * a duplicate of a send still in flight gets 409. The holder finds a live record and answers the original message (replay), or 422 when
  * the fields differ, or 404 when its sender deleted that message; with no record it sends and
  * records the key in the same statement. A batch whose statement
  * fails (a sender deleted meanwhile, a serialization error) is written again one send at a
@@ -238,10 +239,30 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     return count
   }
 
+  /**
+   * A send whose Idempotency-Key's lock was taken: by the send it repeats, still in flight (409),
+   * or by another retry of a send that has finished, whose record is committed (looked up
+   * after this batch's transaction ended, so a holder that committed meanwhile counts): the
+   * original message, or 422 when the fields differ. Before, every such retry was 409, though
+   * nothing was in flight.
+   */
+  async function unheld (input: SendInput, send: BatchSend, now: Date): Promise<SendResult> {
+    const key = send.idempotencyKey!
+    const record = send.keyId === null
+      ? undefined
+      : await createIdempotencyRepository(db).find({ keyId: send.keyId, idempotencyKey: key }, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS))
+    if (record === undefined) throw new IdempotencyInProgress(key)
+    if (record.requestHash !== send.requestHash) throw new IdempotencyMismatch(key)
+    return replay(db, input.principal, now, record.messageId)
+  }
+
   function settle (p: Pending, o: BatchOutcome, now: Date): void {
     const { input, send } = p
     const quotaState = quotaStateOf(input.principal, now)
-    if (send.idempotencyKey !== undefined && send.lockHeld !== true) return p.reject(new IdempotencyInProgress(send.idempotencyKey))
+    if (send.idempotencyKey !== undefined && send.lockHeld !== true) {
+      unheld(input, send, now).then(p.resolve, p.reject)
+      return
+    }
     if (o.earlierMessageId !== null) {
       if (o.earlierHash !== send.requestHash) return p.reject(new IdempotencyMismatch(send.idempotencyKey!))
       replay(db, input.principal, now, o.earlierMessageId).then(p.resolve, p.reject)

@@ -92,6 +92,52 @@ t.test('concurrent duplicates with one unit of quota left: each gets the origina
   t.equal(row!.messages, 1)
 })
 
+t.test('a retry of a finished send finding its key\'s lock taken (another retry replaying) gets the original or 422, never 409', { skip: onPostgres }, async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await built.as('alice')
+  await built.createUser('bob')
+  const headers = { 'idempotency-key': 'done-1' }
+  const first = await alice.post('/v2/message', { recipient: 'bob', body: 'once' }, { headers })
+  t.equal(first.statusCode, 200)
+  // Another retry of the same key holds its lock, as its replay does for a moment: nothing is in flight.
+  const hold = await holder(t, built.url!)
+  await hold.query('SELECT pg_advisory_xact_lock(hashtextextended($1, $2::bigint))', [`${alice.keyId} done-1`, 0x1de])
+  const same = await alice.post('/v2/message', { recipient: 'bob', body: 'once' }, { headers })
+  t.equal(same.statusCode, 200, same.body)
+  t.equal(same.json().id, first.json().id)
+  t.equal(same.headers['idempotent-replayed'], 'true')
+  const other = await alice.post('/v2/message', { recipient: 'bob', body: 'twice' }, { headers })
+  t.equal(other.statusCode, 422, other.body)
+  t.match(other.json(), { code: 'IDEMPOTENCY_MISMATCH', message: /done-1/ })
+  // A key no send has finished, its lock taken: that one really is in flight.
+  await hold.query('SELECT pg_advisory_xact_lock(hashtextextended($1, $2::bigint))', [`${alice.keyId} fresh`, 0x1de])
+  const inFlight = await alice.post('/v2/message', { recipient: 'bob', body: 'new' }, { headers: { 'idempotency-key': 'fresh' } })
+  t.equal(inFlight.statusCode, 409)
+  t.match(inFlight.json(), { code: 'IDEMPOTENCY_IN_PROGRESS' })
+  await hold.query('COMMIT')
+  const [row] = await queryRows<{ messages: number, quota: number }>(built.db, sql`SELECT (SELECT count(*) FROM messages)::int AS messages, (SELECT count FROM quota_usage) AS quota`)
+  t.same(row, { messages: 1, quota: 1 })
+})
+
+t.test('60 concurrent retries of a finished send on two instances: the original to each same one, 422 to each changed one, no 409', async (t) => {
+  const built = await build(t, { env: FAST })
+  const second = await built.secondInstance()
+  const [a, b] = [await listening(built.app), await listening(second)]
+  const alice = await built.as('alice')
+  await built.createUser('bob')
+  const first = await post(a, alice, { recipient: 'bob', body: 'once' }, 'burst-done')
+  t.equal(first.status, 200)
+  const { id } = await first.json() as { id: string }
+  const answers = await Promise.all(Array.from({ length: 60 }, async (_, i) => {
+    const res = await post(i % 2 === 0 ? a : b, alice, { recipient: 'bob', body: i % 3 === 0 ? 'changed' : 'once' }, 'burst-done')
+    return { changed: i % 3 === 0, status: res.status, body: await res.json() as { id?: string, code?: string } }
+  }))
+  const wrong = answers.filter((x) => x.changed ? x.status !== 422 : x.status !== 200 || x.body.id !== id)
+  t.same(wrong.map((x) => `${x.changed ? 'changed' : 'same'} ${x.status} ${x.body.code ?? ''}`), [], 'every retry answered as a finished send')
+  const [row] = await queryRows<{ messages: number, quota: number }>(built.db, sql`SELECT (SELECT count(*) FROM messages)::int AS messages, (SELECT count FROM quota_usage) AS quota`)
+  t.same(row, { messages: 1, quota: 1 })
+})
+
 t.test('a retry after the sender deleted the message answers 404, sends nothing and counts no quota', async (t) => {
   const { as, createUser, db } = await build(t, { env: FAST })
   const alice = await as('alice')
