@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { invalidCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, normalizeAddress } from '../../ids.js'
@@ -17,7 +18,7 @@ const ADMIN_ERRORS = [...AUTHENTICATED_ERRORS, 403] as const
 
 function decodeCursor (text: string): string {
   const address = Buffer.from(text, 'base64url').toString('utf8')
-  if (!isAddress(address)) throw new ValidationFailed('cursor: not a cursor this service returned; pass nextCursor unchanged')
+  if (!isAddress(address)) throw invalidCursor()
   return address
 }
 

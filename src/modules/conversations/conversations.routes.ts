@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
-import { ValidationFailed } from '../../errors.js'
+import { invalidCursor, isCursorTime } from '../../cursors.js'
 import { isMessageId } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
@@ -12,19 +12,18 @@ function encodeCursor (after: ConversationsAfter): string {
   return Buffer.from(JSON.stringify([after.createdAt, after.id])).toString('base64url')
 }
 
-/** Only what encodeCursor wrote: a time that parses and a message id; anything else is a 400. */
+/** Only what encodeCursor wrote: a time it could have written (isCursorTime) and a message id; anything else is a 400. */
 function decodeCursor (text: string): ConversationsAfter {
   try {
     const value: unknown = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'))
     if (Array.isArray(value) && value.length === 2) {
       const [createdAt, id] = value as unknown[]
-      if (typeof createdAt === 'string' && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(createdAt) &&
-        !Number.isNaN(Date.parse(createdAt)) && typeof id === 'string' && isMessageId(id)) {
+      if (typeof createdAt === 'string' && isCursorTime(createdAt) && typeof id === 'string' && isMessageId(id)) {
         return { createdAt, id }
       }
     }
   } catch { /* answered below */ }
-  throw new ValidationFailed('cursor: not a cursor this service returned; pass nextCursor unchanged')
+  throw invalidCursor()
 }
 
 export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {

@@ -1,3 +1,4 @@
+import { invalidCursor, isCursorTime } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { TimeLimitExceeded, withinTimeLimit } from '../../db/time-limit.js'
 import { Unavailable, ValidationFailed } from '../../errors.js'
@@ -28,14 +29,12 @@ function encodeCursor (cursor: Cursor): string {
   return Buffer.from(JSON.stringify(cursor)).toString('base64url')
 }
 
-const ISO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
-
 /** Whether a cursor's keys are what encodeCursor writes for its type: they reach SQL as values. */
 function wellFormedKeys (t: SearchType, k: unknown): boolean {
   if (k === undefined) return true
   if (!Array.isArray(k) || !k.every((part) => typeof part === 'string' && part.length <= 200 && !part.includes('\u0000'))) return false
   const keys = k as string[]
-  if (t === 'messages') return keys.length === 2 && ISO_TIME.test(keys[0]!) && !Number.isNaN(Date.parse(keys[0]!)) && isMessageId(keys[1]!)
+  if (t === 'messages') return keys.length === 2 && isCursorTime(keys[0]!) && isMessageId(keys[1]!)
   if (t === 'users') return keys.length === 1 && isAddress(keys[0]!)
   return keys.length === 2 && keys[0]!.length > 0 && isGroupId(keys[1]!)
 }
@@ -46,7 +45,7 @@ function decodeCursor (text: string): Cursor {
     const value = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as Cursor
     if (value !== null && typeof value === 'object' && SEARCH_TYPES.includes(value.t) && wellFormedKeys(value.t, value.k)) return value
   } catch { /* answered below */ }
-  throw new ValidationFailed('cursor: not a cursor this service returned; pass nextCursor unchanged')
+  throw invalidCursor()
 }
 
 /**
