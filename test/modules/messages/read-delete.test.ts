@@ -114,3 +114,32 @@ t.test('a user or a message deleted by hand in SQL takes its feed and its delive
   await queryRows(db, sql`TRUNCATE users CASCADE`)
   t.same(await rows(), [], 'emptying users empties the feeds and deliveries')
 })
+
+t.test('a hand delete in a session with temporary tables named like the real ones still cleans the real rows', async (t) => {
+  // The triggers run as their owner: they must resolve their own schema's tables, never a
+  // session's temporary ones (pg_temp is searched first unless search_path puts it last).
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const toBob = (await alice.post('/v2/message', { recipient: 'bob', body: 'one' })).json()
+  const toCarol = (await alice.post('/v2/message', { recipient: 'carol', body: 'two' })).json()
+  const fromCarol = (await carol.post('/v2/message', { recipient: 'alice', body: 'three' })).json()
+  t.equal((await bob.get('/v2/events')).json().events.length, 1)
+  await db.transaction(async (tx) => {
+    for (const name of ['deliveries', 'events', 'users', 'messages']) {
+      await queryRows(tx, sql.raw(`CREATE TEMPORARY TABLE "${name}" (LIKE public."${name}" INCLUDING DEFAULTS) ON COMMIT DROP`))
+    }
+    await queryRows(tx, sql.raw('CREATE TEMPORARY TABLE "gone" (address text, id text) ON COMMIT DROP'))
+    await queryRows(tx, sql`INSERT INTO pg_temp.deliveries (message_id, recipient) VALUES (${toCarol.id}, 'carol')`)
+    await queryRows(tx, sql`DELETE FROM public.users WHERE address = 'bob'`)
+    await queryRows(tx, sql`DELETE FROM public.messages WHERE id = ${toCarol.id}`)
+    const [temp] = await queryRows<{ n: number }>(tx, sql`SELECT count(*)::int AS n FROM pg_temp.deliveries`)
+    t.equal(temp!.n, 1, 'the session\'s own temporary table is left alone')
+  })
+  const [left] = await queryRows<{ deliveries: string | null, events: string | null }>(db, sql`
+    SELECT (SELECT string_agg(message_id || ' ' || recipient, ',' ORDER BY message_id) FROM deliveries) AS deliveries,
+      (SELECT string_agg(address, ',' ORDER BY address) FROM events) AS events`)
+  t.equal(left!.deliveries, `${fromCarol.id} alice`, `no delivery of ${toBob.id} to bob nor of the deleted ${toCarol.id} is left`)
+  t.equal(left!.events, 'alice,carol', 'bob\'s feed went with him')
+})
