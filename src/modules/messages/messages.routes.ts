@@ -153,12 +153,14 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       tags: ['messages'],
       summary: 'Download an attachment',
       description: 'The bytes as uploaded, with their Content-Type, streamed. Same access as the message. ' +
-        'One `Range: bytes=…` answers 206 with Content-Range (416 past the end); If-None-Match with the ETag answers 304.',
+        'One `Range: bytes=…` answers 206 with Content-Range (416 past the end), unless If-Range is sent and is not the ' +
+        'current ETag (a date never matches: there is no Last-Modified), which answers the whole file 200; If-None-Match ' +
+        'with the ETag answers 304 with no body.',
       params: AttachmentParams,
       response: {
         200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
         206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
-        304: Type.Null({ description: 'If-None-Match matched the ETag' }),
+        304: Type.Null({ description: 'If-None-Match matched the ETag: no body, the ETag again' }),
         ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
       }
     }
@@ -177,11 +179,19 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       .header('cache-control', 'private, no-store')
     const ifNoneMatch = req.headers['if-none-match']
     if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => [etag, `W/${etag}`, '*'].includes(tag.trim()))) {
-      return reply.code(304).send(null)
+      // No body at all: a `null` payload was serialized as JSON ("null", Content-Length: 4,
+      // application/json), and a client reading the 304 waited for 4 bytes that never came.
+      return reply.code(304).removeHeader('content-type').removeHeader('content-length').send()
     }
-    const range = parseRange(req.headers.range, file.size)
+    // RFC 9110 §13.1.5: a Range is honoured only if If-Range (when sent) names the current
+    // representation, by strong comparison with its ETag (we send no Last-Modified, so a date
+    // never matches); otherwise the whole file, 200, so a client never splices new bytes into
+    // an old copy.
+    const ifRange = req.headers['if-range']
+    const rangeHeader = ifRange === undefined || ifRange.trim() === etag ? req.headers.range : undefined
+    const range = parseRange(rangeHeader, file.size)
     if (range === 'unsatisfiable') {
-      throw new AppError(416, 'RANGE_NOT_SATISFIABLE', `range: ${JSON.stringify(req.headers.range)} lies outside the attachment's ${file.size} bytes`,
+      throw new AppError(416, 'RANGE_NOT_SATISFIABLE', `range: ${JSON.stringify(rangeHeader)} lies outside the attachment's ${file.size} bytes`,
         { 'content-range': `bytes */${file.size}` })
     }
     const { start, end } = range ?? { start: 0, end: file.size - 1 }

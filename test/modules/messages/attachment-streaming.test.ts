@@ -169,3 +169,73 @@ t.test('small files ride in the send\'s own statement, up to one chunk a request
   }
   t.same(await chunkCounts(db), { staged: 0, claimed: 5 }, 'two inline chunks, one staged small file, two chunks of the large one')
 })
+
+/** One raw HTTP/1.1 exchange per request on one kept-alive socket: each answer's head and body bytes as they came. */
+async function rawExchanges (port: number, requests: string[]): Promise<{ head: string, body: Buffer }[]> {
+  const socket = connect(port, '127.0.0.1')
+  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject))
+  let pending = Buffer.alloc(0)
+  socket.on('data', (chunk: Buffer) => { pending = Buffer.concat([pending, chunk]) })
+  const answers: { head: string, body: Buffer }[] = []
+  try {
+    for (const request of requests) {
+      socket.write(request)
+      await until('an answer\'s head', async () => pending.includes('\r\n\r\n'), 5_000)
+      const end = pending.indexOf('\r\n\r\n')
+      const head = pending.subarray(0, end).toString('latin1')
+      const length = /^content-length: *(\d+)/im.exec(head)
+      const bodyLength = head.startsWith('HTTP/1.1 304') ? 0 : Number(length?.[1] ?? 0)
+      await until('an answer\'s body', async () => pending.length >= end + 4 + bodyLength, 5_000)
+      answers.push({ head, body: pending.subarray(end + 4, end + 4 + bodyLength) })
+      pending = pending.subarray(end + 4 + bodyLength)
+    }
+    // Nothing stray after the last answer (a 304's "null" would show here or in the next head).
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    if (pending.length > 0) answers.push({ head: 'STRAY', body: pending })
+  } finally {
+    socket.destroy()
+  }
+  return answers
+}
+
+t.test('a 304 has no body, no Content-Length nor JSON type, keeps its ETag; If-Range with a stale validator gets the whole file', async (t) => {
+  const { app, as } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  const data = randomBytes(1000)
+  const sha = createHash('sha256').update(data).digest('hex')
+  const sent = await alice.post('/v2/message', form({ recipient: 'bob' }, [{ data, type: 'application/octet-stream', filename: 'blob.bin' }]))
+  const path = `/v2/message/${sent.json().id}/attachment/1`
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as { port: number }
+  const request = (headers: string) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${alice.authorization}\r\n${headers}\r\n`
+
+  const [notModified, after, ...stray] = await rawExchanges(port, [request(`If-None-Match: "${sha}"\r\n`), request('Range: bytes=0-9\r\n')])
+  t.match(notModified!.head, /^HTTP\/1\.1 304 /)
+  t.notMatch(notModified!.head, /^content-length:/im, 'no Content-Length on a 304')
+  t.notMatch(notModified!.head, /^content-type: *application\/json/im, 'no JSON type on a 304')
+  t.match(notModified!.head, new RegExp(`^etag: "${sha}"`, 'im'), 'the ETag is kept')
+  t.match(after!.head, /^HTTP\/1\.1 206 /, 'the next answer on the same connection starts where the 304 ended')
+  t.ok(after!.body.equals(data.subarray(0, 10)))
+  t.same(stray, [], 'no bytes after the last answer')
+
+  // Through fetch (undici), the 304 completes at once and the connection serves the next request.
+  const headers = { authorization: alice.authorization }
+  const fetched = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { ...headers, 'if-none-match': `"${sha}"` }, signal: AbortSignal.timeout(3_000) })
+  t.equal(fetched.status, 304)
+  t.equal((await fetched.arrayBuffer()).byteLength, 0)
+
+  const ranged = (ifRange: string) => fetch(`http://127.0.0.1:${port}${path}`, { headers: { ...headers, range: 'bytes=0-9', 'if-range': ifRange }, signal: AbortSignal.timeout(3_000) })
+  const current = await ranged(`"${sha}"`)
+  t.equal(current.status, 206, 'If-Range naming the current ETag: the range')
+  t.ok(Buffer.from(await current.arrayBuffer()).equals(data.subarray(0, 10)))
+  for (const stale of ['"0000"', `W/"${sha}"`, 'Tue, 01 Jan 2030 00:00:00 GMT']) {
+    const res = await ranged(stale)
+    t.equal(res.status, 200, `If-Range ${stale}: the whole file`)
+    t.equal(res.headers.get('content-range'), null)
+    t.ok(Buffer.from(await res.arrayBuffer()).equals(data), `If-Range ${stale}: every byte`)
+  }
+  const unsatisfiable = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { ...headers, range: 'bytes=5000-', 'if-range': '"old"' } })
+  t.equal(unsatisfiable.status, 200, 'a range that no longer fits, with a stale If-Range: the whole file, not 416')
+  await unsatisfiable.arrayBuffer()
+})
