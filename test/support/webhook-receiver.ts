@@ -12,11 +12,16 @@ export interface Received {
   status: number
 }
 
+export interface ReceiverOptions {
+  /** Answer the status and the first bytes of a body, and never end it (nor close the connection). */
+  neverEndBody?: boolean
+}
+
 /**
  * A webhook receiver on loopback: records every POST and answers with `answer(n)`'s status
  * (n counts requests from 0; 200 by default), `delayMs` after the request arrived. Closed at teardown.
  */
-export async function startReceiver (t: TestContext, answer: (n: number, received: Received) => number = () => 200, delayMs = 0) {
+export async function startReceiver (t: TestContext, answer: (n: number, received: Received) => number = () => 200, delayMs = 0, options: ReceiverOptions = {}) {
   const received: Received[] = []
   let arrived = 0
   const waiters: (() => void)[] = []
@@ -27,7 +32,9 @@ export async function startReceiver (t: TestContext, answer: (n: number, receive
       entry.status = answer(arrived++, entry)
       setTimeout(() => {
         received.push(entry)
-        res.writeHead(entry.status, { 'content-type': 'text/plain' }).end('ok')
+        res.writeHead(entry.status, { 'content-type': 'text/plain' })
+        if (options.neverEndBody === true) res.write('ok, and more to come')
+        else res.end('ok')
         for (const wake of waiters.splice(0)) wake()
       }, delayMs)
     })

@@ -6,8 +6,14 @@ import { guardedLookup, isPrivateAddress } from './webhook-target.js'
 
 /** A delivery must be answered 2xx within this long (API.md §9). */
 const DELIVERY_TIMEOUT_MS = 10_000
-/** What is read of an answer before the connection is cut: receivers have nothing to tell us. */
-const MAX_RESPONSE_BYTES = 64 * 1024
+/**
+ * What is read of an answer's body, after its status has decided the delivery, before the
+ * connection is cut: receivers have nothing to tell us, and reading a short body to its end
+ * only lets the kept-alive connection serve the next delivery.
+ */
+const MAX_RESPONSE_BYTES = 4 * 1024
+/** How long that short body may take to end before the connection is cut. */
+const DRAIN_MS = 1_000
 
 /** `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, Stripe's scheme (docs/webhooks.md). */
 export function signature (secret: string, body: string, at: Date): string {
@@ -19,7 +25,8 @@ export interface Outcome { delivered: boolean, error: string | null }
 
 /**
  * POSTs webhook bodies: kept-alive connections, no redirects followed (a 3xx is a failure),
- * DELIVERY_TIMEOUT_MS for the whole exchange, at most MAX_RESPONSE_BYTES of the answer read,
+ * DELIVERY_TIMEOUT_MS for the answer's status, at most MAX_RESPONSE_BYTES of its body read (and
+ * for DRAIN_MS at most, after the outcome is settled),
  * and no private target unless allowed, checked as each connection is made.
  */
 export function createWebhookSender (allowPrivate: boolean) {
@@ -45,18 +52,23 @@ export function createWebhookSender (allowPrivate: boolean) {
         lookup,
         headers: { ...headers, 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'Parley-Webhooks/2' }
       }, (res: IncomingMessage) => {
+        // The status is the answer (a 2xx within the deadline delivers): it settles now, not
+        // when the body ends. A receiver that answered 200 and never ended its body had the
+        // event counted failed at the deadline and sent again, for ever.
+        const status = res.statusCode ?? 0
+        settle(status >= 200 && status < 300
+          ? { delivered: true, error: null }
+          : { delivered: false, error: `answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''}` })
+        // The body is discarded: a short one drained so the connection is kept; past
+        // MAX_RESPONSE_BYTES or DRAIN_MS the connection is cut instead.
         let read = 0
+        const cut = setTimeout(() => res.destroy(), DRAIN_MS)
         res.on('data', (chunk: Buffer) => {
           read += chunk.length
           if (read > MAX_RESPONSE_BYTES) res.destroy()
         })
-        const status = res.statusCode ?? 0
-        const done = () => settle(status >= 200 && status < 300
-          ? { delivered: true, error: null }
-          : { delivered: false, error: `answered ${status}${status >= 300 && status < 400 ? ' (redirects are not followed)' : ''}` })
-        res.on('end', done)
-        res.on('close', done)
-        res.on('error', done)
+        res.on('close', () => clearTimeout(cut))
+        res.on('error', () => { /* the outcome is settled; a cut body is no one's failure */ })
       })
       const timer = setTimeout(() => {
         req.destroy()

@@ -327,3 +327,21 @@ t.test('secrets stored before a key was set are sealed once one is', async (t) =
   t.equal(box.open(hook.id, stored), hook.secret, 'and open to the secret shown at creation')
   t.equal(await createWebhooksRepository(db).sealUnsealed((id, secret) => box.seal(id, secret)), 0, 'sealed ones are left alone')
 })
+
+t.test('a receiver that answers 200 and never ends its body has each event delivered once, well within the 10 s', async (t) => {
+  const { as } = await build(t, { env: ENV })
+  const receiver = await startReceiver(t, () => 200, 0, { neverEndBody: true })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const hook = (await alice.post('/v2/webhooks', { url: receiver.url })).json()
+  const started = Date.now()
+  for (let i = 0; i < 3; i++) t.equal((await bob.post('/v2/message', { recipient: 'alice', body: `endless ${i}` })).statusCode, 200)
+  await receiver.until(() => receiver.received.length >= 3, 8_000)
+  const log = await logUntil(alice, hook.id, (d) => d.length === 3 && d.every((x) => x.status === 'delivered'))
+  const took = Date.now() - started
+  t.same(log.map((d) => [d.status, d.attempts, d.lastError]), [['delivered', 1, null], ['delivered', 1, null], ['delivered', 1, null]], `delivered on the first attempt (${took} ms)`)
+  t.ok(took < 8_000, `all three delivered in ${took} ms, not one per 10 s deadline`)
+  // Past the drain bound (1 s), nothing is sent again.
+  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  t.equal(receiver.received.length, 3, 'each event arrived once')
+})

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
+import { guardedLookup } from '../../../src/modules/webhooks/webhook-target.js'
 import { build } from '../../helper.js'
 
 // Registering, listing and deleting webhooks, and where they may point (API.md §9). Nothing
@@ -80,7 +81,7 @@ t.test('SSRF: without WEBHOOK_ALLOW_PRIVATE, only https to a public address', as
   const mallory = await as('mallory')
   const refused: [string, RegExp][] = [
     ['http://93.184.215.14/hook', /url: must be https:\/\/ \(http:\/\/ only with WEBHOOK_ALLOW_PRIVATE=true\)/],
-    ['https://127.0.0.1/hook', /127\.0\.0\.1 resolves to 127\.0\.0\.1, a private, loopback or link-local address/],
+    ['https://127.0.0.1/hook', /url: 127\.0\.0\.1 is a non-public address \(private, loopback, link-local or reserved; allowed only with WEBHOOK_ALLOW_PRIVATE=true\)/],
     ['https://127.9.9.9:8443/hook', /loopback/],
     ['https://10.0.0.1/hook', /10\.0\.0\.1/],
     ['https://10.255.255.254/hook', /private/],
@@ -99,20 +100,37 @@ t.test('SSRF: without WEBHOOK_ALLOW_PRIVATE, only https to a public address', as
     ['https://[64:ff9b::a00:1]/hook', /private/],
     ['https://[2002:7f00:1::1]/hook', /private/],
     ['https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook', /private/],
-    ['https://localhost/hook', /localhost resolves to/],
-    ['https://2130706433/hook', /private/]
+    ['https://localhost/hook', /^url: localhost resolves to a non-public address \(private, loopback, link-local or reserved; allowed only with WEBHOOK_ALLOW_PRIVATE=true\)$/],
+    ['https://2130706433/hook', /private/],
+    // IANA special-purpose blocks that are not globally reachable, missed before.
+    ['https://[::ffff:0:a00:1]/hook', /non-public/], // IPv4-translated ::ffff:0:0:0/96 (10.0.0.1)
+    ['https://[::ffff:0:7f00:1]/hook', /non-public/], // IPv4-translated 127.0.0.1
+    ['https://[5f00::1]/hook', /non-public/], // SRv6 SIDs
+    ['https://[5fff:ffff::1]/hook', /non-public/],
+    ['https://192.88.99.1/hook', /non-public/], // deprecated 6to4 relay anycast
+    ['https://192.0.0.170/hook', /non-public/], // NAT64 discovery
+    ['https://255.255.255.255/hook', /non-public/],
+    ['https://[3fff::1]/hook', /non-public/], // documentation (RFC 9637)
+    ['https://[2001:2::1]/hook', /non-public/], // benchmarking
+    ['https://[2001:20::1]/hook', /non-public/], // ORCHIDv2
+    ['https://[100:0:0:1::1]/hook', /non-public/], // dummy prefix
+    ['https://[4000::1]/hook', /non-public/], // outside global unicast
+    ['https://[::]/hook', /non-public/]
   ]
   for (const [url, message] of refused) {
     const res = await mallory.post('/v2/webhooks', { url })
     t.equal(res.statusCode, 400, url)
     t.match(res.json(), { code: 'VALIDATION_FAILED', message }, url)
+    if (url.includes('localhost')) t.notMatch(res.json().message, /127\.0\.0\.1|::1/, 'a name\'s refusal does not tell what it resolves to')
   }
   t.equal((await mallory.get('/v2/webhooks')).json().webhooks.length, 0, 'none was made')
 
   // A public address is accepted (this user's feed is empty, so nothing is ever sent to it).
-  const made = await mallory.post('/v2/webhooks', { url: 'https://93.184.215.14/hook' })
-  t.equal(made.statusCode, 200, made.body)
-  t.equal((await mallory.delete(`/v2/webhooks/${made.json().id}`)).statusCode, 204)
+  for (const url of ['https://93.184.215.14/hook', 'https://[2606:4700:4700::1111]/hook', 'https://192.88.100.1/hook']) {
+    const made = await mallory.post('/v2/webhooks', { url })
+    t.equal(made.statusCode, 200, `${url}: ${made.body}`)
+    t.equal((await mallory.delete(`/v2/webhooks/${made.json().id}`)).statusCode, 204)
+  }
 })
 
 t.test('webhooks take the read scope: a read-only key manages them, a send-only key may not', async (t) => {
@@ -128,4 +146,10 @@ t.test('webhooks take the read scope: a read-only key manages them, a send-only 
   t.match(refused.json(), { code: 'FORBIDDEN', message: /read scope/ })
   t.equal((await sender.get('/v2/webhooks')).statusCode, 403)
   t.equal((await reader.delete(`/v2/webhooks/${made.json().id}`)).statusCode, 204)
+})
+
+t.test('at delivery, a name that resolves to a non-public address is refused without telling the address', async (t) => {
+  const lookup = guardedLookup(false)
+  const err = await new Promise<NodeJS.ErrnoException | null>((resolve) => lookup('localhost', { all: true }, (e) => resolve(e)))
+  t.equal(err?.message, 'localhost resolves to a non-public address', 'what the owner reads in the delivery log')
 })
