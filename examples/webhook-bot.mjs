@@ -11,12 +11,23 @@
 // same machine as Parley the server needs WEBHOOK_ALLOW_PRIVATE=true (docs/webhooks.md). The bot
 // prints "listening" once its webhook is registered, deletes the webhook when it stops
 // (SIGINT/SIGTERM), and logs one JSON line per message it answers.
+//
+// Anyone can POST to a receiver, so it reads nothing it need not: a request without a
+// well-formed, fresh X-Parley-Signature header is refused (401) before its body is read, and a
+// body over MAX_BODY_BYTES (an Event is a few KiB; a message body at most 10,000 characters) is
+// refused (413) as soon as it is announced or has grown past it, the connection closed.
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { createServer } from 'node:http'
 
 const api = process.env.PARLEY_URL ?? 'http://127.0.0.1:3000'
 const authorization = `Basic ${Buffer.from(`${process.env.PARLEY_KEY_ID}:${process.env.PARLEY_SECRET}`).toString('base64')}`
 const port = Number(process.env.BOT_PORT ?? 4000)
+/** The largest delivery read: an Event is a few KiB, far below it. */
+const MAX_BODY_BYTES = 1024 * 1024
+/** How far a signature's time may be from ours (docs/webhooks.md). */
+const TOLERANCE_SECONDS = 300
+/** X-Parley-Signature as Parley writes it: `t=<unix seconds>,v1=<64 hex digits>`. */
+const SIGNATURE = /^t=(\d{1,12}),v1=([0-9a-f]{64})$/
 
 async function call (method, path, body) {
   const res = await fetch(`${api}${path}`, {
@@ -29,14 +40,29 @@ async function call (method, path, body) {
   return text === '' ? undefined : JSON.parse(text)
 }
 
-/** True when `header` (X-Parley-Signature) signs `rawBody` with `secret` and is fresh (docs/webhooks.md). */
-function verifyParleySignature (secret, header, rawBody, toleranceSeconds = 300) {
-  const parts = Object.fromEntries(String(header).split(',').map((p) => p.split('=', 2)))
-  const t = Number(parts.t)
-  if (!Number.isInteger(t) || Math.abs(Date.now() / 1000 - t) > toleranceSeconds || !parts.v1) return false
-  const expected = createHmac('sha256', secret).update(`${t}.${rawBody}`).digest()
-  const given = Buffer.from(parts.v1, 'hex')
-  return given.length === expected.length && timingSafeEqual(given, expected)
+/** The parts of an X-Parley-Signature header that is well-formed and fresh, else undefined: checked before any body is read. */
+function parseParleySignature (header) {
+  const match = typeof header === 'string' ? SIGNATURE.exec(header) : null
+  if (match === null) return undefined
+  const t = Number(match[1])
+  if (Math.abs(Date.now() / 1000 - t) > TOLERANCE_SECONDS) return undefined
+  return { t, v1: Buffer.from(match[2], 'hex') }
+}
+
+/** True when the signature's HMAC signs `rawBody` with `secret` (docs/webhooks.md). */
+function verifyParleySignature (secret, signature, rawBody) {
+  const expected = createHmac('sha256', secret).update(`${signature.t}.${rawBody}`).digest()
+  return signature.v1.length === expected.length && timingSafeEqual(signature.v1, expected)
+}
+
+/**
+ * Answers `status` at once and closes the connection, the rest of the request's body unread
+ * (what arrives meanwhile is dropped unbuffered, for a moment, so the answer is read before the close).
+ */
+function refuse (req, res, status) {
+  req.removeAllListeners('data').removeAllListeners('end')
+  req.resume()
+  res.writeHead(status, { connection: 'close' }).end(() => setTimeout(() => req.socket.destroy(), 500).unref())
 }
 
 const me = (await call('GET', '/v2/whoami')).user.address
@@ -45,15 +71,34 @@ let webhook
 const seen = new Set()
 
 const server = createServer((req, res) => {
+  const signature = parseParleySignature(req.headers['x-parley-signature'])
+  if (webhook === undefined || signature === undefined) return refuse(req, res, 401)
+  if (Number(req.headers['content-length'] ?? 0) > MAX_BODY_BYTES) return refuse(req, res, 413)
   const chunks = []
-  req.on('data', (chunk) => chunks.push(chunk))
+  let size = 0
+  req.on('data', (chunk) => {
+    size += chunk.length
+    if (size > MAX_BODY_BYTES) {
+      // Sent without a length, or more than it said: stop reading at the bound.
+      chunks.length = 0
+      refuse(req, res, 413)
+      return
+    }
+    chunks.push(chunk)
+  })
   req.on('end', async () => {
     const raw = Buffer.concat(chunks).toString('utf8')
-    if (webhook === undefined || !verifyParleySignature(webhook.secret, req.headers['x-parley-signature'], raw)) {
+    if (!verifyParleySignature(webhook.secret, signature, raw)) {
       res.writeHead(401).end()
       return
     }
-    const event = JSON.parse(raw)
+    let event
+    try {
+      event = JSON.parse(raw)
+    } catch {
+      res.writeHead(400).end()
+      return
+    }
     try {
       if (!seen.has(event.id) && event.type === 'message.received' && event.data.message.sender !== me) {
         const message = event.data.message
