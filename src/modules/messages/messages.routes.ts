@@ -160,7 +160,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       response: {
         200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
         206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
-        304: Type.Null({ description: 'If-None-Match matched the ETag: no body, the ETag again' }),
+        304: Type.Unsafe<undefined>({ type: 'null', description: 'If-None-Match matched the ETag: no body, the ETag again' }),
         ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
       }
     }
@@ -181,14 +181,14 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => [etag, `W/${etag}`, '*'].includes(tag.trim()))) {
       // No body at all: a `null` payload was serialized as JSON ("null", Content-Length: 4,
       // application/json), and a client reading the 304 waited for 4 bytes that never came.
-      return reply.code(304).removeHeader('content-type').removeHeader('content-length').send()
+      return reply.code(304).send()
     }
     // RFC 9110 §13.1.5: a Range is honoured only if If-Range (when sent) names the current
     // representation, by strong comparison with its ETag (we send no Last-Modified, so a date
     // never matches); otherwise the whole file, 200, so a client never splices new bytes into
     // an old copy.
     const ifRange = req.headers['if-range']
-    const rangeHeader = ifRange === undefined || ifRange.trim() === etag ? req.headers.range : undefined
+    const rangeHeader = ifRange === undefined || (typeof ifRange === 'string' && ifRange.trim() === etag) ? req.headers.range : undefined
     const range = parseRange(rangeHeader, file.size)
     if (range === 'unsatisfiable') {
       throw new AppError(416, 'RANGE_NOT_SATISFIABLE', `range: ${JSON.stringify(rangeHeader)} lies outside the attachment's ${file.size} bytes`,
