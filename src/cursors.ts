@@ -19,3 +19,22 @@ export function isCursorTime (text: string): boolean {
 export function invalidCursor (): ValidationFailed {
   return new ValidationFailed('cursor: not a cursor this service returned; pass nextCursor unchanged')
 }
+
+/** A keyset cursor of a list ordered by (time, id): the last row's time and id, opaque to clients. */
+export interface TimeCursor { at: string, id: string }
+
+export function encodeTimeCursor (cursor: TimeCursor): string {
+  return Buffer.from(JSON.stringify([cursor.at, cursor.id])).toString('base64url')
+}
+
+/** Only what encodeTimeCursor wrote, with an id that `isId` accepts: anything else is a 400 naming cursor. */
+export function decodeTimeCursor (text: string, isId: (id: string) => boolean): TimeCursor {
+  try {
+    const value: unknown = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'))
+    if (Array.isArray(value) && value.length === 2) {
+      const [at, id] = value as unknown[]
+      if (typeof at === 'string' && isCursorTime(at) && typeof id === 'string' && id.length <= 200 && isId(id)) return { at, id }
+    }
+  } catch { /* answered below */ }
+  throw invalidCursor()
+}

@@ -45,7 +45,7 @@ export type paths = {
         };
         /**
          * List API keys
-         * @description All keys, or one user's, oldest first; never their secrets.
+         * @description All keys, or one user's, oldest first; never their secrets. Cursor-paged: `limit` (1-200, default 50) keys a page, and `nextCursor` to pass as `cursor` for the next (null on the last). Without a cursor, the first page.
          */
         get: operations["adminListKeys"];
         put?: never;
@@ -348,7 +348,7 @@ export type paths = {
         };
         /**
          * Download an attachment
-         * @description The bytes as uploaded, with their Content-Type, streamed. Same access as the message. One `Range: bytes=…` answers 206 with Content-Range (416 past the end); If-None-Match with the ETag answers 304.
+         * @description The bytes as uploaded, with their Content-Type, streamed. Same access as the message. One `Range: bytes=…` answers 206 with Content-Range (416 past the end), unless If-Range is sent and is not the current ETag (a date never matches: there is no Last-Modified), which answers the whole file 200; If-None-Match with the ETag answers 304 with no body.
          */
         get: operations["downloadAttachment"];
         put?: never;
@@ -470,7 +470,10 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** The caller's contact list */
+        /**
+         * The caller's contact list
+         * @description Oldest entry first, cursor-paged: `limit` (1-200, default 50) entries a page, and `nextCursor` to pass as `cursor` for the next (null on the last). Without a cursor, the first page.
+         */
         get: operations["listRoster"];
         put?: never;
         /**
@@ -880,7 +883,10 @@ export type components = {
         };
         /** KeyList */
         KeyList: {
+            /** @description Oldest first: one page of at most `limit` keys */
             keys: components["schemas"]["Key"][];
+            /** @description Pass as cursor for the next page; null on the last */
+            nextCursor: string | null;
         };
         /** Message */
         Message: {
@@ -1251,6 +1257,9 @@ export interface operations {
             query?: {
                 /** @description A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive */
                 address?: string;
+                /** @description nextCursor of the previous page */
+                cursor?: string;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3629,7 +3638,7 @@ export interface operations {
                     "application/octet-stream": Blob;
                 };
             };
-            /** @description If-None-Match matched the ETag */
+            /** @description If-None-Match matched the ETag: no body, the ETag again */
             304: {
                 headers: {
                     "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
@@ -4390,7 +4399,11 @@ export interface operations {
     };
     listRoster: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description nextCursor of the previous page */
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4408,7 +4421,10 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description Oldest first: one page of at most `limit` entries */
                         entries: components["schemas"]["RosterEntry"][];
+                        /** @description Pass as cursor for the next page; null on the last */
+                        nextCursor: string | null;
                     };
                 };
             };

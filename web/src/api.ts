@@ -63,7 +63,17 @@ export function createApi ({ keyId, secret }: Credentials) {
       ok(await client.GET('/v2/events', { params: { query: { after, limit: 1000, wait } }, ...(signal === undefined ? {} : { signal }) }), 'events'),
     /** The feed as it happens, after `after` (see readStream). */
     stream: async (after: string, signal: AbortSignal, onEvent: (event: FeedEvent) => void) => readStream(authorization, after, signal, onEvent),
-    roster: async () => ok(await client.GET('/v2/roster'), 'roster'),
+    /** The whole roster, a page of 200 entries at a time (the server answers 50 unless asked). */
+    roster: async () => {
+      const entries = []
+      let cursor: string | undefined
+      for (;;) {
+        const page = ok(await client.GET('/v2/roster', { params: { query: { limit: 200, ...(cursor === undefined ? {} : { cursor }) } } }), 'roster')
+        entries.push(...page.entries)
+        if (page.nextCursor === null) return { entries }
+        cursor = page.nextCursor
+      }
+    },
     group: async (id: string) => ok(await client.GET('/v2/group/{group}', { params: { path: { group: id } } }), 'group'),
     /** A conversation's messages, newest first, a page at a time. */
     conversation: async (peer: string, cursor?: string) =>

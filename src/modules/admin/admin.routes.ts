@@ -1,11 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { invalidCursor } from '../../cursors.js'
+import { decodeTimeCursor, encodeTimeCursor, invalidCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, normalizeAddress } from '../../ids.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { Authenticator } from '../keys/authenticator.js'
 import { createKeysRepository, toKey } from '../keys/keys.repository.js'
+import { isKeyId } from '../keys/secrets.js'
 import { KeySchema } from '../keys/keys.schemas.js'
 import { createUsersRepository, toAdminUser } from '../users/users.repository.js'
 import { AdminUserSchema } from '../users/users.schemas.js'
@@ -116,11 +117,22 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     schema: {
       tags,
       summary: 'List API keys',
-      description: 'All keys, or one user\'s, oldest first; never their secrets.',
+      description: 'All keys, or one user\'s, oldest first; never their secrets. Cursor-paged: `limit` (1-200, default 50) ' +
+        'keys a page, and `nextCursor` to pass as `cursor` for the next (null on the last). Without a cursor, the first page.',
       querystring: ListKeysQuery,
       response: { 200: KeyList, ...errorResponses(...ADMIN_ERRORS) }
     }
-  }, async (req) => ({ keys: (await keys.list(req.query.address)).map(toKey) }))
+  }, async (req) => {
+    const limit = req.query.limit ?? 50
+    const after = req.query.cursor === undefined ? undefined : decodeTimeCursor(req.query.cursor, isKeyId)
+    const rows = await keys.page(req.query.address, after, limit + 1)
+    const page = rows.slice(0, limit)
+    const last = page.at(-1)
+    return {
+      keys: page.map(toKey),
+      nextCursor: rows.length > limit && last !== undefined ? encodeTimeCursor({ at: last.createdAt.toISOString(), id: last.id }) : null
+    }
+  })
 
   app.post('/admin/keys/:keyId', {
     schema: {

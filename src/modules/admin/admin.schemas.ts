@@ -49,10 +49,15 @@ export const KeyParams = Type.Object({
 })
 
 export const ListKeysQuery = Type.Object({
-  address: Type.Optional(AddressParam)
+  address: Type.Optional(AddressParam),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'nextCursor of the previous page' }))
 }, { additionalProperties: false })
 
-export const KeyList = Type.Object({ keys: Type.Array(KeySchema) }, { title: 'KeyList' })
+export const KeyList = Type.Object({
+  keys: Type.Array(KeySchema, { description: 'Oldest first: one page of at most `limit` keys' }),
+  nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as cursor for the next page; null on the last' })
+}, { title: 'KeyList' })
 
 export const CreatedKeySchema = Type.Object({
   ...KeySchema.properties,

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
-import { invalidCursor, isCursorTime } from '../../cursors.js'
+import { decodeTimeCursor, encodeTimeCursor } from '../../cursors.js'
 import { isMessageId } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
@@ -9,21 +9,13 @@ import { createConversationsRepository, toConversation, type ConversationsAfter 
 import { ConversationList, ListConversationsQuery } from './conversations.schemas.js'
 
 function encodeCursor (after: ConversationsAfter): string {
-  return Buffer.from(JSON.stringify([after.createdAt, after.id])).toString('base64url')
+  return encodeTimeCursor({ at: after.createdAt, id: after.id })
 }
 
 /** Only what encodeCursor wrote: a time it could have written (isCursorTime) and a message id; anything else is a 400. */
 function decodeCursor (text: string): ConversationsAfter {
-  try {
-    const value: unknown = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'))
-    if (Array.isArray(value) && value.length === 2) {
-      const [createdAt, id] = value as unknown[]
-      if (typeof createdAt === 'string' && isCursorTime(createdAt) && typeof id === 'string' && isMessageId(id)) {
-        return { createdAt, id }
-      }
-    }
-  } catch { /* answered below */ }
-  throw invalidCursor()
+  const { at, id } = decodeTimeCursor(text, isMessageId)
+  return { createdAt: at, id }
 }
 
 export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {

@@ -1,4 +1,5 @@
-import { asc, eq, sql } from 'drizzle-orm'
+import { and, asc, eq, sql } from 'drizzle-orm'
+import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
@@ -94,6 +95,15 @@ export function createKeysRepository (db: Db) {
       const query = db.select(publicColumns).from(apiKeys)
       const filtered = address === undefined ? query : query.where(eq(apiKeys.address, normalizeAddress(address)))
       return filtered.orderBy(asc(apiKeys.createdAt), asc(apiKeys.id))
+    },
+
+    /** Up to `limit` keys in list()'s order, after the key `after` names (keyset: its creation time and id). */
+    async page (address: string | undefined, after: TimeCursor | undefined, limit: number): Promise<ApiKey[]> {
+      return db.select(publicColumns).from(apiKeys)
+        .where(and(address === undefined ? undefined : eq(apiKeys.address, normalizeAddress(address)),
+          after === undefined ? undefined : sql`(${apiKeys.createdAt}, ${apiKeys.id}) > (${after.at}::timestamptz, ${after.id})`))
+        .orderBy(asc(apiKeys.createdAt), asc(apiKeys.id))
+        .limit(limit)
     },
 
     /** What authentication needs: the hash, the owner and its state, the quota, scopes, revocation and expiry. */

@@ -1,4 +1,5 @@
 import { and, asc, eq, sql } from 'drizzle-orm'
+import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import type { RosterEntry } from './roster.schemas.js'
 import { rosterEntries, type RosterRow } from './roster.table.js'
@@ -9,8 +10,13 @@ export function toRosterEntry (row: RosterRow): RosterEntry {
 
 export function createRosterRepository (db: Db) {
   return {
-    async list (owner: string): Promise<RosterRow[]> {
-      return db.select().from(rosterEntries).where(eq(rosterEntries.owner, owner)).orderBy(asc(rosterEntries.addedAt), asc(rosterEntries.entity))
+    /** Up to `limit` entries of `owner`'s roster, oldest first, after the entry `after` names (keyset: its time and entity). */
+    async page (owner: string, after: TimeCursor | undefined, limit: number): Promise<RosterRow[]> {
+      return db.select().from(rosterEntries)
+        .where(and(eq(rosterEntries.owner, owner),
+          after === undefined ? undefined : sql`(${rosterEntries.addedAt}, ${rosterEntries.entity}) > (${after.at}::timestamptz, ${after.id})`))
+        .orderBy(asc(rosterEntries.addedAt), asc(rosterEntries.entity))
+        .limit(limit)
     },
 
     /** Adds an entry, or renames one already there (a missing name keeps the old one). */

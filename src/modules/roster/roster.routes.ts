@@ -1,12 +1,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { decodeTimeCursor, encodeTimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
-import { isGroupId, normalizeAddress } from '../../ids.js'
+import { isAddress, isGroupId, normalizeAddress } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { entityKind, visibleEntity } from '../entities.js'
 import { createRosterRepository, toRosterEntry } from './roster.repository.js'
-import { AddRosterEntryBody, RosterEntrySchema, RosterParams, RosterSchema } from './roster.schemas.js'
+import { AddRosterEntryBody, ListRosterQuery, RosterEntrySchema, RosterParams, RosterSchema } from './roster.schemas.js'
 
 export const rosterRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   const roster = createRosterRepository(db)
@@ -15,9 +16,22 @@ export const rosterRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
     schema: {
       tags: ['roster'],
       summary: 'The caller\'s contact list',
+      description: 'Oldest entry first, cursor-paged: `limit` (1-200, default 50) entries a page, and `nextCursor` to pass ' +
+        'as `cursor` for the next (null on the last). Without a cursor, the first page.',
+      querystring: ListRosterQuery,
       response: { 200: RosterSchema, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
-  }, async (req) => ({ entries: (await roster.list(principalOf(req).address)).map(toRosterEntry) }))
+  }, async (req) => {
+    const limit = req.query.limit ?? 50
+    const after = req.query.cursor === undefined ? undefined : decodeTimeCursor(req.query.cursor, (id) => isAddress(id) || isGroupId(id))
+    const rows = await roster.page(principalOf(req).address, after, limit + 1)
+    const page = rows.slice(0, limit)
+    const last = page.at(-1)
+    return {
+      entries: page.map(toRosterEntry),
+      nextCursor: rows.length > limit && last !== undefined ? encodeTimeCursor({ at: last.addedAt.toISOString(), id: last.entity }) : null
+    }
+  })
 
   app.post('/roster', {
     schema: {

@@ -10,7 +10,15 @@ export const RosterEntrySchema = Type.Object({
 
 export type RosterEntry = Static<typeof RosterEntrySchema>
 
-export const RosterSchema = Type.Object({ entries: Type.Array(RosterEntrySchema) })
+export const RosterSchema = Type.Object({
+  entries: Type.Array(RosterEntrySchema, { description: 'Oldest first: one page of at most `limit` entries' }),
+  nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as cursor for the next page; null on the last' })
+})
+
+export const ListRosterQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 400, description: 'nextCursor of the previous page' }))
+}, { additionalProperties: false })
 
 export const AddRosterEntryBody = Type.Object({
   entity: Type.String({ minLength: 1, maxLength: 100, description: 'A user address or a group id (grp_…)' }),

@@ -1,4 +1,6 @@
+import { sql } from 'drizzle-orm'
 import t from 'tap'
+import { queryRows } from '../../../src/db/rows.js'
 import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
 import { basic, build } from '../../helper.js'
 
@@ -111,4 +113,46 @@ t.test('an expired key answers 401; GET /v2/whoami shows scopes, expiry and last
   await new Promise((resolve) => setTimeout(resolve, 1_600))
   t.equal((await app.inject({ method: 'GET', url: '/v2/whoami', headers: { authorization } })).statusCode, 401)
   t.match((await keys.find(keyId))?.lastUsedAt, Date, 'use was recorded')
+})
+
+t.test('GET /v2/admin/keys pages: 50 by default, limit 1-200, an opaque cursor, every key once in order, by user too', async (t) => {
+  const { app, createUser, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  await createUser('root')
+  await createUser('dana')
+  const keysRepository = createKeysRepository(db)
+  const { keyId, secret } = await keysRepository.create('root', null, { scopes: ['admin'] })
+  for (let i = 0; i < 70; i++) await keysRepository.create(i % 3 === 0 ? 'dana' : 'root')
+  // Many made at the same millisecond: the cursor must break ties by id.
+  await queryRows(db, sql`UPDATE api_keys SET created_at = '2026-01-01T00:00:00.000Z'::timestamptz + make_interval(secs => (ascii(right(id, 1)) % 3))`)
+  const order = async (address?: string) => (await queryRows<{ id: string }>(db, address === undefined
+    ? sql`SELECT id FROM api_keys ORDER BY created_at, id`
+    : sql`SELECT id FROM api_keys WHERE address = ${address} ORDER BY created_at, id`)).map((r) => r.id)
+  const get = (url: string) => app.inject({ method: 'GET', url, headers: { authorization: basic(keyId, secret) } })
+
+  const first = await get('/v2/admin/keys')
+  t.equal(first.statusCode, 200)
+  t.equal(first.json().keys.length, 50, 'a client that passes nothing gets the first page of 50')
+  t.same(first.json().keys.map((k: { keyId: string }) => k.keyId), (await order()).slice(0, 50))
+  t.type(first.json().nextCursor, 'string')
+  for (const [query, address] of [['', undefined], ['address=dana&', 'dana']] as const) {
+    for (const limit of [1, 9, 200]) {
+      const seen: string[] = []
+      let cursor: string | null = null
+      for (let pages = 0; pages < 100; pages++) {
+        const res = await get(`/v2/admin/keys?${query}limit=${limit}${cursor === null ? '' : `&cursor=${cursor}`}`)
+        t.equal(res.statusCode, 200)
+        seen.push(...res.json().keys.map((k: { keyId: string }) => k.keyId))
+        cursor = res.json().nextCursor
+        if (cursor === null) break
+      }
+      t.same(seen, await order(address), `${query}limit ${limit}: every key once, in order`)
+    }
+  }
+  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+  for (const cursor of [encode(['0000-01-01T00:00:00.000Z', keyId]), encode(['2026-01-01T00:00:00.000Z', 'key_x']), 'x']) {
+    const res = await get(`/v2/admin/keys?cursor=${cursor}`)
+    t.equal(res.statusCode, 400, cursor)
+    t.match(res.json(), { code: 'VALIDATION_FAILED', message: /cursor/ })
+  }
+  t.match((await get('/v2/admin/keys?limit=201')).json(), { statusCode: 400, message: /limit/ })
 })
