@@ -7,6 +7,7 @@ import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { isAddress, normalizeAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
 import { isScope, SCOPES } from './scopes.js'
+import { displayNameProblem } from './modules/users/display-name.js'
 import { createUsersRepository, toAdminUser, toUser } from './modules/users/users.repository.js'
 
 /** Each command: how it is called, what it does, and the options it takes besides --json/--help. */
@@ -217,6 +218,9 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
 
     case 'user create': {
       const address = parseAddress(rest[0])
+      // Refused before the database is opened, naming the option, as a bad address is.
+      const nameProblem = values.name === undefined ? undefined : displayNameProblem(values.name)
+      if (nameProblem !== undefined) throw new UsageError(`--name ${nameProblem}`)
       const user = await withDatabase(config, 'user create', async ({ db }) =>
         toUser(await createUsersRepository(db).create({ address, displayName: values.name })))
       print(out, user, `Created user ${user.address}.`)

@@ -75,6 +75,14 @@ t.test(`parley user and key commands (${backend})`, async (t) => {
   t.equal(bad.code, 2)
   t.match(bad.stderr, /^parley: address "not_valid" must be 1-64 characters/)
 
+  // A name with a bidi override (or any invisible formatting character) would read as another.
+  for (const name of ['Alice\u202Eecil', 'Bob\u2066', 'Mallory\u200F', 'x\u061Cy', 'zero\u200Bwidth', '']) {
+    const spoof = await runCliInProcess(['user', 'create', 'spoof', '--name', name], env)
+    t.equal(spoof.code, 2, JSON.stringify(name))
+    t.match(spoof.stderr, /^parley: --name must not (contain invisible, control or bidirectional formatting characters \(found U\+[0-9A-F]{4}\)|be empty)\n$/)
+  }
+  t.equal((await runCliInProcess(['user', 'list', '--json'], env)).stdout.includes('spoof'), false, 'no such user was made')
+
   const list = await runCliInProcess(['user', 'list'], env)
   t.match(list.stdout, /ADDRESS\s+NAME\s+BOT\s+CREATED\nalice\s+Alice Liddell\s+no\s+\S+\ntestbot\s+Test bot\s+yes/)
 

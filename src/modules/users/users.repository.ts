@@ -4,6 +4,7 @@ import type { Db } from '../../db/client.js'
 import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
 import { Conflict } from '../../errors.js'
 import { likePattern } from '../../db/like.js'
+import { checkDisplayName } from './display-name.js'
 import type { AdminUser, User } from './users.schemas.js'
 import { users, type UserRow } from './users.table.js'
 import { normalizeAddress } from '../../ids.js'
@@ -24,8 +25,9 @@ export function toAdminUser (row: UserRow): AdminUser {
 
 export function createUsersRepository (db: Db) {
   return {
-    /** Creates a user; an address already taken throws Conflict. */
+    /** Creates a user; an address already taken throws Conflict, a display name with invisible characters ValidationFailed. */
     async create (user: NewUser): Promise<UserRow> {
+      checkDisplayName(user.displayName)
       try {
         const [row] = await db.insert(users).values({
           address: normalizeAddress(user.address),
@@ -41,6 +43,7 @@ export function createUsersRepository (db: Db) {
 
     /** Creates a user unless the address is taken (then leaves that user as it is). */
     async ensure (user: NewUser): Promise<void> {
+      checkDisplayName(user.displayName)
       await db.insert(users).values({ address: normalizeAddress(user.address), displayName: user.displayName ?? null, bot: user.bot ?? false })
         .onConflictDoNothing()
     },
@@ -87,6 +90,7 @@ export function createUsersRepository (db: Db) {
 
     /** Renames and/or (re)activates a user; undefined when there is no such user. */
     async update (address: string, changes: { displayName?: string | null, deactivated?: boolean }): Promise<UserRow | undefined> {
+      checkDisplayName(changes.displayName)
       const set: PgUpdateSetSource<typeof users> = {}
       if (changes.displayName !== undefined) set.displayName = changes.displayName
       // Deactivating twice keeps the first time.

@@ -156,3 +156,36 @@ t.test('GET /v2/admin/keys pages: 50 by default, limit 1-200, an opaque cursor, 
   }
   t.match((await get('/v2/admin/keys?limit=201')).json(), { statusCode: 400, message: /limit/ })
 })
+
+t.test('display names with bidi controls or other invisible formatting characters are refused, naming displayName', async (t) => {
+  const { app, createUser, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  await createUser('root')
+  const { keyId, secret } = await createKeysRepository(db).create('root', null, { scopes: ['admin'] })
+  const call = (method: 'GET' | 'POST', url: string, body?: unknown) => app.inject({
+    method, url, headers: { authorization: basic(keyId, secret), 'content-type': 'application/json' }, ...(body === undefined ? {} : { payload: JSON.stringify(body) })
+  })
+  const refused = [
+    ...['\u202A', '\u202B', '\u202C', '\u202D', '\u202E', '\u2066', '\u2067', '\u2068', '\u2069', '\u200E', '\u200F', '\u061C'],
+    // Other invisible format characters: zero-width space, joiner outside an emoji, BOM, word joiner, soft hyphen, a tag, a separator, a Hangul filler.
+    '\u200B', 'a\u200Db', '\uFEFF', '\u2060', '\u00AD', '\u{E0041}', '\u2028', '\u3164', '\u0007'
+  ]
+  for (const char of refused) {
+    const name = `Ali${char}ce`
+    // Named by code point in the messages: a raw U+2028 breaks a TAP line.
+    const label = `U+${char.replace('a', '').replace('b', '').codePointAt(0)!.toString(16).toUpperCase()}`
+    const created = await call('POST', '/v2/admin/users', { address: 'spoof', displayName: name })
+    t.equal(created.statusCode, 400, `create with ${label}`)
+    t.match(created.json(), { code: 'VALIDATION_FAILED', message: /^displayName: must not contain invisible, control or bidirectional formatting characters \(found U\+[0-9A-F]{4,5}\)$/ })
+    const updated = await call('POST', '/v2/admin/users/root', { displayName: name })
+    t.equal(updated.statusCode, 400, `update with ${label}`)
+    t.match(updated.json(), { code: 'VALIDATION_FAILED', message: /^displayName: / })
+  }
+  t.equal((await call('GET', '/v2/admin/users/spoof')).statusCode, 404, 'no user was made')
+  t.equal((await call('GET', '/v2/admin/users/root')).json().displayName, null, 'no name was set')
+  // What people write still goes: accents, scripts written right to left, emoji sequences joined by ZWJ.
+  for (const name of ['Zoë Ørsted', '李雷', 'سارة', 'Dev 👩‍💻', '👨‍👩‍👧 family', '👩🏽‍🚀']) {
+    const res = await call('POST', '/v2/admin/users/root', { displayName: name })
+    t.equal(res.statusCode, 200, name)
+    t.equal(res.json().displayName, name)
+  }
+})
