@@ -18,3 +18,8 @@ export const KeySchema = Type.Object({
 }, { title: 'Key', description: 'An API key, never with its secret' })
 
 export type Key = Static<typeof KeySchema>
+
+/** Whether `text` has the shape of a key id (key_ and 26 of base32), as KeyParams' pattern checks it. */
+export function isKeyId (text: string): boolean {
+  return /^key_[0-9a-z]{26}$/.test(text)
+}

@@ -5,11 +5,6 @@ export function newKeyId (): string {
   return newId('key')
 }
 
-/** Whether `text` has the shape newKeyId gives (as KeyParams' pattern checks it). */
-export function isKeyId (text: string): boolean {
-  return /^key_[0-9a-z]{26}$/.test(text)
-}
-
 /** 32 random bytes, base64url: the only time the secret exists in clear is this return value. */
 export function newSecret (): string {
   return `sk_${randomBytes(32).toString('base64url')}`

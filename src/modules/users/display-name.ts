@@ -1,7 +1,7 @@
 import { ValidationFailed } from '../../errors.js'
 
 /** The longest display name, in UTF-16 code units (as the schemas' maxLength counts). */
-export const MAX_DISPLAY_NAME = 100
+const MAX_DISPLAY_NAME = 100
 
 /**
  * What no display name may hold: controls (Cc); format characters (Cf), which are invisible and
@@ -13,7 +13,7 @@ export const MAX_DISPLAY_NAME = 100
  */
 const INVISIBLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\u115F\u1160\u3164\uFFA0]/u
 /** A zero-width joiner between two emoji (👩‍💻) is how those sequences are written: allowed there only. */
-const EMOJI_JOINER = /(?<=\p{Extended_Pictographic}[\uFE0F\u{1F3FB}-\u{1F3FF}]?)\u200D(?=\p{Extended_Pictographic})/gu
+const EMOJI_JOINER = /(?<=\p{Extended_Pictographic}(?:\uFE0F|\p{Emoji_Modifier})?)\u200D(?=\p{Extended_Pictographic})/gu
 
 /** What is wrong with a display name, if anything (for the caller to name its field). */
 export function displayNameProblem (name: string): string | undefined {
