@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net'
+import { setImmediate } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { RateLimited } from '../errors.js'
@@ -90,6 +91,11 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
       if (err instanceof Abandoned) throw new RateLimited(ABANDONED)
       throw err
     }
+    // A hang-up is seen only once the event loop reads the socket: on PGlite, whose queries run
+    // on the loop's own thread, hang-ups pile up unread behind one long statement. Two turns of
+    // the loop (the second after a poll for I/O) let them be read before the work starts.
+    await setImmediate()
+    await setImmediate()
     if (clientGone(req, reply)) {
       leave()
       throw new RateLimited(ABANDONED)
