@@ -72,8 +72,9 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
    * (Node aborts a half-closed connection's requests: no answer can reach it any more).
    */
   const clientGone = (req: FastifyRequest, reply: FastifyReply): boolean => {
+    // Compared with true and false: app.inject's stand-in socket has neither property.
     const socket = req.raw.socket as Socket | null
-    return reply.raw.closed || socket === null || socket.destroyed || !socket.writable
+    return reply.raw.closed || socket === null || socket.destroyed === true || socket.writable === false
   }
 
   /**
@@ -128,6 +129,10 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
     route.handler = async function admitted (this: FastifyInstance, req: FastifyRequest, reply: FastifyReply) {
       const upload = uploads.get(req)
       if (upload !== undefined) upload.handled = true
+      // Our own flag: app.inject's response never sets `closed`.
+      let closed = false
+      let onClose: (() => void) | undefined
+      reply.raw.once('close', () => { closed = true; onClose?.() })
       let leave: (() => void) | undefined
       let answered = false
       try {
@@ -139,7 +144,7 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
         upload?.leave()
         // A download reads a chunk per query for as long as its client takes: its place is
         // held until its stream ends, or is destroyed with its socket (per key only).
-        if (kind === 'transfer' && answered && !reply.raw.closed) reply.raw.once('close', leave!)
+        if (kind === 'transfer' && answered && !closed) onClose = leave
         else leave?.()
       }
     }
