@@ -1,6 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyReply, FastifyRequest } from 'fastify'
-import { Type, type Static } from 'typebox'
+import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import type { Metrics } from '../../metrics.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
@@ -148,11 +147,22 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     return reply.code(204).send()
   })
 
-  /**
-   * The status and headers of an attachment's answer, the same for GET and HEAD; undefined once
-   * answered (304 to a matching If-None-Match). Reads the file's row, never its bytes.
-   */
-  async function describeAttachment (req: FastifyRequest<{ Params: Static<typeof AttachmentParams> }>, reply: FastifyReply) {
+  app.get('/message/:message/attachment/:n', {
+    config: { admission: 'transfer' },
+    schema: {
+      tags: ['messages'],
+      summary: 'Download an attachment',
+      description: 'The bytes as uploaded, with their Content-Type, streamed. Same access as the message. ' +
+        'One `Range: bytes=…` answers 206 with Content-Range (416 past the end); If-None-Match with the ETag answers 304.',
+      params: AttachmentParams,
+      response: {
+        200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
+        206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
+        304: Type.Null({ description: 'If-None-Match matched the ETag' }),
+        ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
+      }
+    }
+  }, async (req, reply) => {
     const { message } = req.params
     const n = Number(req.params.n)
     await readableMessage(messages, message, principalOf(req).address)
@@ -167,8 +177,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       .header('cache-control', 'private, no-store')
     const ifNoneMatch = req.headers['if-none-match']
     if (ifNoneMatch !== undefined && ifNoneMatch.split(',').some((tag) => [etag, `W/${etag}`, '*'].includes(tag.trim()))) {
-      await reply.code(304).send(null)
-      return undefined
+      return reply.code(304).send(null)
     }
     const range = parseRange(req.headers.range, file.size)
     if (range === 'unsatisfiable') {
@@ -178,45 +187,11 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     const { start, end } = range ?? { start: 0, end: file.size - 1 }
     if (range !== undefined) reply.code(206).header('content-range', `bytes ${start}-${end}/${file.size}`)
     reply.header('content-type', file.contentType).header('content-length', String(end - start + 1))
-    return { file, start, end }
-  }
-
-  const attachmentResponses = {
-    200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
-    206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
-    304: Type.Null({ description: 'If-None-Match matched the ETag' }),
-    ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
-  }
-
-  app.get('/message/:message/attachment/:n', {
-    config: { admission: 'transfer' },
-    // Fastify's own HEAD would run this handler and read the whole stream to discard it.
-    exposeHeadRoute: false,
-    schema: {
-      tags: ['messages'],
-      summary: 'Download an attachment',
-      description: 'The bytes as uploaded, with their Content-Type, streamed. Same access as the message. ' +
-        'One `Range: bytes=…` answers 206 with Content-Range (416 past the end); If-None-Match with the ETag answers 304. ' +
-        'HEAD answers the same status and headers without reading the file.',
-      params: AttachmentParams,
-      response: attachmentResponses
-    }
-  }, async (req, reply) => {
-    const answer = await describeAttachment(req, reply)
-    if (answer === undefined) return reply
-    const { file, start, end } = answer
     if (file.size === 0) return reply.send(Buffer.alloc(0))
+    // HEAD (Fastify's, from this route): the headers above and no byte of the file. Fastify
+    // drains whatever stream a HEAD answers, so it gets an empty one, and keeps Content-Length.
+    if (req.method === 'HEAD') return reply.send(Readable.from([]))
     return reply.send(Readable.from(streamChunks(store, file.uploadId, start, end), { objectMode: false }))
-  })
-
-  // Headers only: two short queries, like any read, so it takes a request's place, not a download's.
-  app.head('/message/:message/attachment/:n', {
-    schema: { params: AttachmentParams, response: attachmentResponses }
-  }, async (req, reply) => {
-    if (await describeAttachment(req, reply) === undefined) return reply
-    // No payload at all: Fastify then keeps the Content-Length set above, and sends no body.
-    const headersOnly: FastifyReply = reply
-    return headersOnly.send()
   })
 }
 
