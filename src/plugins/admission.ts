@@ -123,7 +123,7 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
   // gate's count is the truth. The answer's flush holds none: it is built by then.
   app.addHook('onRoute', (route) => {
     if (route.config?.public === true) return
-    const kind = route.config?.admission ?? 'request'
+    const kind: Admission = route.config?.admission ?? 'request'
     if (kind === 'none') return
     const handler = route.handler
     route.handler = async function admitted (this: FastifyInstance, req: FastifyRequest, reply: FastifyReply) {
