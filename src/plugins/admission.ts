@@ -15,7 +15,7 @@ import { principalOf } from './auth.js'
  * are capped per key only (uploads, multipart sends, take the same places before their body is
  * read). `none`: routes that wait rather than work (long-polls, streams), capped on their own.
  */
-export type Admission = 'request' | 'heavy' | 'transfer' | 'none'
+type Admission = 'request' | 'heavy' | 'transfer' | 'none'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
