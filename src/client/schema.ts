@@ -132,7 +132,7 @@ export type paths = {
         };
         /**
          * The caller's conversations
-         * @description Every 1:1 peer and group the caller has messages with (a group only while the caller is a member), each with its newest message the caller may read and how many messages from others the caller has not read; newest first, cursor-paged.
+         * @description Every 1:1 peer and group the caller has messages with (a group only while the caller is a member), each with its newest message the caller may read and how many messages from others the caller has not read; newest first, cursor-paged: a page holds at most `limit` of them and about 1 MiB (at least one).
          */
         get: operations["listConversations"];
         put?: never;
@@ -515,7 +515,7 @@ export type paths = {
         put?: never;
         /**
          * Search messages, users and groups
-         * @description Messages the caller may read whose body has every word of the query as a word prefix (PostgreSQL full-text search), newest first; users whose address or display name contains the query; the caller's groups whose name contains it. `with` restricts messages to one conversation, and without a query lists it.
+         * @description Messages the caller may read whose body has every word of the query as a word prefix (PostgreSQL full-text search), newest first; users whose address or display name contains the query; the caller's groups whose name contains it. `with` restricts messages to one conversation, and without a query lists it. A page holds at most `limit` results and about 1 MiB of them (at least one): page on with nextCursor until it is null.
          */
         post: operations["search"];
         delete?: never;

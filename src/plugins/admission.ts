@@ -1,3 +1,5 @@
+import type { Socket } from 'node:net'
+import { setImmediate } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { RateLimited } from '../errors.js'
@@ -13,7 +15,7 @@ import { principalOf } from './auth.js'
  * are capped per key only (uploads, multipart sends, take the same places before their body is
  * read). `none`: routes that wait rather than work (long-polls, streams), capped on their own.
  */
-export type Admission = 'request' | 'heavy' | 'transfer' | 'none'
+type Admission = 'request' | 'heavy' | 'transfer' | 'none'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -29,6 +31,8 @@ export interface AdmissionOptions {
 
 /** Requests one key may have waiting at one gate; past it 429, at once. */
 const MAX_QUEUED_PER_KEY = 64
+
+const ABANDONED = 'The request was abandoned by its client before its turn'
 
 /** What each gate admits, from the pool size: documented in docs/security.md. */
 function admissionLimits (poolSize: number) {
@@ -63,34 +67,86 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
       return [{ labels: { gate, state: 'held' }, value: held }, { labels: { gate, state: 'waiting' }, value: waiting }]
     }))
 
-  async function pass (req: FastifyRequest, reply: FastifyReply, gate: FairGate): Promise<void> {
-    // The response's close: the answer is sent, or the client went away (the request's own
-    // close fires as soon as its body is read, so it cannot tell).
-    const res = reply.raw
-    let leave: () => void
-    try {
-      leave = await gate.enter(principalOf(req).keyId, (cancel) => res.once('close', cancel))
-    } catch (err) {
-      if (err instanceof QueueFull) throw new RateLimited()
-      if (err instanceof Abandoned) throw new RateLimited('The request was abandoned by its client while it waited its turn')
-      throw err
-    }
-    if (res.closed) leave()
-    else res.once('close', leave)
+  /**
+   * Whether the client has gone: its response closed, or its socket was reset or half-closed
+   * (Node aborts a half-closed connection's requests: no answer can reach it any more).
+   */
+  const clientGone = (req: FastifyRequest, reply: FastifyReply): boolean => {
+    // Compared with true and false: app.inject's stand-in socket has neither property.
+    const socket = req.raw.socket as Socket | null
+    return reply.raw.closed || socket === null || socket.destroyed === true || socket.writable === false
   }
 
-  const admission = (req: FastifyRequest): Admission => req.routeOptions.config.admission ?? 'request'
+  /**
+   * Waits the key's turn at `gate`. A client that leaves while it waits, or before it is let
+   * in, gets nothing done (429 to a closed socket): it never starts work it cannot be told of.
+   */
+  async function pass (req: FastifyRequest, reply: FastifyReply, gate: FairGate): Promise<() => void> {
+    let leave: () => void
+    try {
+      // The response's close: the client went away (the request's own close fires as soon as
+      // its body is read, so it cannot tell).
+      leave = await gate.enter(principalOf(req).keyId, (cancel) => reply.raw.once('close', cancel))
+    } catch (err) {
+      if (err instanceof QueueFull) throw new RateLimited()
+      if (err instanceof Abandoned) throw new RateLimited(ABANDONED)
+      throw err
+    }
+    // A hang-up is seen only once the event loop reads the socket: on PGlite, whose queries run
+    // on the loop's own thread, hang-ups pile up unread behind one long statement. Two turns of
+    // the loop (the second after a poll for I/O) let them be read before the work starts.
+    await setImmediate()
+    await setImmediate()
+    if (clientGone(req, reply)) {
+      leave()
+      throw new RateLimited(ABANDONED)
+    }
+    return leave
+  }
+
+  // Places taken before the handler (an upload's, before its body is read), and whether the
+  // handler has started: then the place is the handler's to give back, however the client goes.
+  const uploads = new WeakMap<FastifyRequest, { leave: () => void, handled: boolean }>()
 
   // Uploads queue before their bytes are read, so a key's many large sends do not all stream at once.
   app.addHook('preParsing', async (req, reply) => {
     if (req.is404 || req.routeOptions.config.public === true || req.routeOptions.config.acceptsFiles !== true) return
     if (!/^\s*multipart\//i.test(req.headers['content-type'] ?? '')) return
-    await pass(req, reply, gates.transfer)
+    const upload = { leave: await pass(req, reply, gates.transfer), handled: false }
+    uploads.set(req, upload)
+    // Refused while streaming (too large, malformed, the client gone): no handler will run.
+    reply.raw.once('close', () => { if (!upload.handled) upload.leave() })
   })
-  app.addHook('preHandler', async (req, reply) => {
-    if (req.is404 || req.routeOptions.config.public === true) return
-    const kind = admission(req)
+
+  // The place is held by the handler itself, from its start to its end: not by the socket, so a
+  // client that hangs up frees nothing its handler still uses (connections, locks), and the
+  // gate's count is the truth. The answer's flush holds none: it is built by then.
+  app.addHook('onRoute', (route) => {
+    if (route.config?.public === true) return
+    const kind: Admission = route.config?.admission ?? 'request'
     if (kind === 'none') return
-    await pass(req, reply, gates[kind])
+    const handler = route.handler
+    route.handler = async function admitted (this: FastifyInstance, req: FastifyRequest, reply: FastifyReply) {
+      const upload = uploads.get(req)
+      if (upload !== undefined) upload.handled = true
+      // Our own flag: app.inject's response never sets `closed`.
+      let closed = false
+      let onClose: (() => void) | undefined
+      reply.raw.once('close', () => { closed = true; onClose?.() })
+      let leave: (() => void) | undefined
+      let answered = false
+      try {
+        leave = await pass(req, reply, gates[kind])
+        const answer: unknown = await handler.call(this, req, reply)
+        answered = true
+        return answer
+      } finally {
+        upload?.leave()
+        // A download reads a chunk per query for as long as its client takes: its place is
+        // held until its stream ends, or is destroyed with its socket (per key only).
+        if (kind === 'transfer' && answered && !closed) onClose = leave
+        else leave?.()
+      }
+    }
   })
 }, { name: 'parley-admission', dependencies: ['parley-auth'] })

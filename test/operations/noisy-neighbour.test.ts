@@ -1,9 +1,8 @@
-import { spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { sql } from 'drizzle-orm'
 import t, { type Test } from 'tap'
+import { fromAbuser, p99 } from '../support/abuse.js'
 import { usingPostgres } from '../support/databases.js'
 import { build } from '../helper.js'
 
@@ -14,8 +13,6 @@ import { build } from '../helper.js'
 const skip = usingPostgres() ? false : 'PostgreSQL only: the embedded database is one connection shared by every request'
 const BOUND_MS = 250
 const ENV = { RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' }
-
-const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1] ?? 0
 
 /**
  * Sends bob (or `recipient`) a message again and again until stop(); each answer's status and latency. With
@@ -167,22 +164,6 @@ t.test('sends to a 1,000-member group by one key, as many at once as it may, for
 // The two abuses below cost the database nothing by design, so they run on both databases, with
 // the default rate limit (20 a second per key or network) that the abuser stays inside.
 const DEFAULT_LIMITS = { DAILY_MESSAGE_QUOTA: '100000' }
-
-/**
- * Runs an abuser's client: `script` (CommonJS, its arguments from process.argv[1] on) in a child
- * process at the lowest CPU priority, and resolves with the JSON it prints. An attacker's client
- * runs on its own machine; on this 2-core one, in the server's process or at full priority, it
- * would take CPU from the server it attacks, and the test would measure the harness (CI measured
- * 306 ms that way where the service alone gave 30-86 ms).
- */
-async function fromAbuser<T> (script: string, args: string[]): Promise<T> {
-  const child = spawn('nice', ['-n', '19', process.execPath, '-e', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
-  let out = ''
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
-  const [code] = await once(child, 'close') as [number | null]
-  if (code !== 0) throw new Error(`the abuser's client exited with ${code}`)
-  return JSON.parse(out) as T
-}
 
 t.test('wide JSON bodies: 1 MiB of 499,000 array elements, 18 a second for 3 s, by one key', async (t) => {
   const { base, abuser, carol } = await setUp(t, DEFAULT_LIMITS)

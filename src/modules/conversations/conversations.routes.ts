@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import { decodeTimeCursor, encodeTimeCursor } from '../../cursors.js'
 import { isMessageId } from '../../ids.js'
+import { pageBudget } from '../../page-budget.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
@@ -29,7 +30,7 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async 
       summary: 'The caller\'s conversations',
       description: 'Every 1:1 peer and group the caller has messages with (a group only while the caller is a member), ' +
         'each with its newest message the caller may read and how many messages from others the caller has not read; ' +
-        'newest first, cursor-paged.',
+        'newest first, cursor-paged: a page holds at most `limit` of them and about 1 MiB (at least one).',
       querystring: ListConversationsQuery,
       response: { 200: ConversationList, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
@@ -38,12 +39,16 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async 
     const limit = req.query.limit ?? 50
     const after = req.query.cursor === undefined ? undefined : decodeCursor(req.query.cursor)
     const rows = await conversations.list(viewer, after, limit + 1)
-    const page = rows.slice(0, limit)
-    const views = await messages.viewMany(page.map((r) => r.last))
-    const last = page.at(-1)
+    const views = await messages.viewMany(rows.slice(0, limit).map((r) => r.last))
+    // At most MAX_PAGE_BYTES of them: past it the page ends early, with a cursor.
+    const fits = pageBudget()
+    const all = views.map((view, i) => toConversation(rows[i]!, view))
+    const shown = all.findIndex((c) => !fits(c))
+    const page = shown < 0 ? all : all.slice(0, shown)
+    const last = rows[page.length - 1]
     return {
-      conversations: page.map((r, i) => toConversation(r, views[i]!)),
-      nextCursor: rows.length > limit && last !== undefined
+      conversations: page,
+      nextCursor: rows.length > page.length && last !== undefined
         ? encodeCursor({ createdAt: last.last.createdAt.toISOString(), id: last.last.id })
         : null
     }

@@ -198,6 +198,9 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     if (range !== undefined) reply.code(206).header('content-range', `bytes ${start}-${end}/${file.size}`)
     reply.header('content-type', file.contentType).header('content-length', String(end - start + 1))
     if (file.size === 0) return reply.send(Buffer.alloc(0))
+    // HEAD (Fastify's, from this route): the headers above and no byte of the file. Fastify
+    // drains whatever stream a HEAD answers, so it gets an empty one, and keeps Content-Length.
+    if (req.method === 'HEAD') return reply.send(Readable.from([]))
     return reply.send(Readable.from(streamChunks(store, file.uploadId, start, end), { objectMode: false }))
   })
 }

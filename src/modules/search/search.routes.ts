@@ -13,7 +13,8 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
       summary: 'Search messages, users and groups',
       description: 'Messages the caller may read whose body has every word of the query as a word prefix (PostgreSQL full-text ' +
         'search), newest first; users whose address or display name contains the query; the caller\'s groups whose name contains ' +
-        'it. `with` restricts messages to one conversation, and without a query lists it.',
+        'it. `with` restricts messages to one conversation, and without a query lists it. A page holds at most `limit` results and ' +
+        'about 1 MiB of them (at least one): page on with nextCursor until it is null.',
       body: SearchBody,
       response: { 200: SearchResults, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }

@@ -2,6 +2,7 @@ import { invalidCursor, isCursorTime } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { TimeLimitExceeded, withinTimeLimit } from '../../db/time-limit.js'
 import { Unavailable, ValidationFailed } from '../../errors.js'
+import { pageBudget } from '../../page-budget.js'
 import { isAddress, isGroupId, isMessageId } from '../../ids.js'
 import { entityKind, visibleEntity } from '../entities.js'
 import { createGroupsRepository, toGroup } from '../groups/groups.repository.js'
@@ -82,12 +83,17 @@ async function searchIn (db: Db, input: SearchInput): Promise<{ results: SearchR
   if (start < 0) throw new ValidationFailed('cursor: belongs to a search of other types')
 
   const results: SearchResult[] = []
+  const fits = pageBudget()
   for (let i = start; i < order.length; i++) {
     const type = order[i]!
     const after = i === start ? cursor?.k : undefined
     const room = input.limit - results.length
     const page = await fetchType(db, type, input, conversation, after, room + 1)
-    results.push(...page.results.slice(0, room))
+    for (const [j, result] of page.results.slice(0, room).entries()) {
+      // Past MAX_PAGE_BYTES the page ends early; the next starts at this result.
+      if (!fits(result)) return { results, nextCursor: encodeCursor({ t: type, k: j === 0 ? after : page.keys[j - 1] }) }
+      results.push(result)
+    }
     if (page.results.length > room) {
       return { results, nextCursor: encodeCursor({ t: type, k: page.keys[room - 1] }) }
     }
