@@ -764,7 +764,7 @@ export type components = {
              */
             createdAt: string;
             data: {
-                group: components["schemas"]["Group"];
+                group: components["schemas"]["GroupSummary"];
             };
             /** @description An event id: a decimal string, increasing within the feed */
             id: string;
@@ -833,6 +833,21 @@ export type components = {
              */
             type: "group.members_removed";
         };
+        /** GroupSummary */
+        GroupSummary: {
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            createdAt: string;
+            /** @description grp_… */
+            id: string;
+            /** @description Members, the owner included */
+            memberCount: number;
+            name: string;
+            /** @description Address of the owner */
+            owner: string;
+        };
         /** GroupUpdatedEvent */
         GroupUpdatedEvent: {
             /**
@@ -841,7 +856,7 @@ export type components = {
              */
             createdAt: string;
             data: {
-                group: components["schemas"]["Group"];
+                group: components["schemas"]["GroupSummary"];
             };
             /** @description An event id: a decimal string, increasing within the feed */
             id: string;
