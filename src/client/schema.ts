@@ -410,7 +410,7 @@ export type paths = {
         put?: never;
         /**
          * Say you are typing
-         * @description Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group.
+         * @description Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.
          */
         post: operations["startTyping"];
         delete?: never;
@@ -431,7 +431,7 @@ export type paths = {
         post?: never;
         /**
          * Say you stopped typing
-         * @description Sends typing.stopped { from, to }.
+         * @description Sends typing.stopped { from, to }, to whom typing.started would go.
          */
         delete: operations["stopTyping"];
         options?: never;
@@ -709,7 +709,7 @@ export type components = {
             createdAt: string;
             /** @description Set when deliveries kept failing for 24 h; null while active */
             disabledAt: string | (never | null);
-            /** @description Event types to deliver; omitted or null for every type */
+            /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
@@ -1094,7 +1094,7 @@ export type components = {
             createdAt: string;
             /** @description Set when deliveries kept failing for 24 h; null while active */
             disabledAt: string | (never | null);
-            /** @description Event types to deliver; omitted or null for every type */
+            /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
@@ -5005,7 +5005,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Event types to deliver; omitted or null for every type */
+                    /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
                     events?: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
                     /** @description https:// (http:// too with WEBHOOK_ALLOW_PRIVATE=true); not a private, loopback or link-local address */
                     url: string;
