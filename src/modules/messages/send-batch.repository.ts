@@ -46,6 +46,11 @@ export interface BatchOutcome {
   written: boolean
   /** The message's time, the database's, as toISOString() writes it. */
   createdAt: string
+  /**
+   * Epoch seconds of the next UTC midnight by the database's clock: when the day the quota was
+   * counted against (the statement's current date, in UTC) ends. X-Quota-Reset.
+   */
+  resetAt: number
   /** Recipients it was written to: 1 to a user, the other active members of a group. */
   fanOut: number
 }
@@ -61,6 +66,7 @@ interface OutcomeRow {
   used: number | null
   written: boolean
   created_at: string
+  reset_at: string | number
   fan_out: number | null
 }
 
@@ -101,8 +107,8 @@ const FILE_COLUMNS = {
   staged: (f: BatchFile) => f.file.staged
 }
 
-function batchValues (day: string, idempotencySince: Date, sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
-  const values: Record<string, unknown> = { day, idempotencySince, fileCount: files.length }
+function batchValues (idempotencySince: Date, sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
+  const values: Record<string, unknown> = { idempotencySince, fileCount: files.length }
   const sendColumns: [string, (s: BatchSend) => unknown][] = Object.entries(SEND_COLUMNS)
   const fileColumns: [string, (f: BatchFile) => unknown][] = Object.entries(FILE_COLUMNS)
   for (const [name, pick] of sendColumns) values[name] = sends.map(pick)
@@ -147,7 +153,7 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
  * delivers them at commit, once the events are visible.
  */
-export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
+export async function writeBatch (db: Db, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
   const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
   // Parts a batch has no use for are left out of its statement: with no send to a group, the
   // member checks and the group fan-out; with no Idempotency-Key, the look-up and the record.
@@ -160,7 +166,7 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
   while (slots < files.length) slots *= 2
   const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots}`
   const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots),
-    batchValues(day, idempotencySince, sends, files, slots))
+    batchValues(idempotencySince, sends, files, slots))
   return rows.map((r) => ({
     found: r.found,
     deactivated: r.deactivated,
@@ -171,13 +177,14 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
     used: r.used,
     written: r.written,
     createdAt: r.created_at,
+    resetAt: Number(r.reset_at),
     fanOut: r.fan_out ?? 0
   }))
 }
 
 /** writeBatch's statement for one shape, its values as placeholders (batchValues). */
 function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL {
-  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS | 'day' | 'idempotencySince') => sql.placeholder(name)
+  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS | 'idempotencySince') => sql.placeholder(name)
   // A batch with files writes them in the same statement (a shape of its own, prepared apart):
   // each file's row; a small file's one chunk, which came whole with the request (an empty file
   // has none); a larger file's chunks, already staged, claimed for its message, so a refused send
@@ -238,8 +245,9 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
     ), wanted AS (
       SELECT key_id, count(*)::int AS n, min(lim) AS lim FROM eligible WHERE key_id IS NOT NULL GROUP BY key_id
     ), counted AS (
+      -- The day is the database's (its clock, in UTC), the same on every instance.
       INSERT INTO quota_usage AS q (key_id, day, count)
-      SELECT key_id, ${p('day')}::date, n FROM wanted WHERE n <= lim ORDER BY key_id
+      SELECT key_id, (now() AT TIME ZONE 'UTC')::date, n FROM wanted WHERE n <= lim ORDER BY key_id
       ON CONFLICT (key_id, day) DO UPDATE SET count = q.count + excluded.count
         WHERE q.count + excluded.count <= (SELECT wanted.lim FROM wanted WHERE wanted.key_id = excluded.key_id)
       RETURNING key_id, count
@@ -311,7 +319,8 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
     SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
       coalesce(grouped.member, false) AS member,
       earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
-      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies,
+      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at,
+      extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at, (SELECT count(*) FROM notified) AS notifies,
       fanned.n AS fan_out
     FROM input
       LEFT JOIN target ON target.ord = input.ord

@@ -1,9 +1,11 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { isDatabaseUnavailable } from '../../db/errors.js'
-import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
+import { isDatabaseUnavailable, sqlState } from '../../db/errors.js'
+import { Forbidden, NotFound, Unavailable, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
-import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
+import { QuotaExceeded } from '../quota/quota.repository.js'
 import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
 import { createIdempotencyRepository, IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
 import type { Message } from './messages.schemas.js'
@@ -55,6 +57,28 @@ export function sendBatches (poolSize: number): number {
  */
 const SECOND_BATCH_QUEUE = 16
 const SECOND_BATCH_AFTER_MS = 20
+
+/**
+ * How long a send's transaction waits for any one lock (a recipient's feed row, a quota row, a
+ * group) before it gives up (SET LOCAL lock_timeout). A batch waiting on one recipient's row
+ * held by someone else's work (a long group change, an operator's transaction) held every quota
+ * and feed row it had already taken, and every send beside it, on any instance, queued behind
+ * those (an unrelated send took 3,210 ms instead of 81). Now the batch gives up after this, and
+ * its sends are written one at a time (writeAlone): those whose rows are free at once, the held
+ * one alone, again and again, holding nothing between tries, until its row is free.
+ */
+export const LOCK_WAIT_MS = 50
+/** How long a send alone keeps trying for a held row before it answers 503. */
+export const ALONE_DEADLINE_MS = 20_000
+/** Waits between a send's tries alone: doubling from the first, capped, jittered. */
+const RETRY_FIRST_MS = 20
+const RETRY_MAX_MS = 400
+/**
+ * SQLSTATEs after which a send alone is tried again, nothing of it having committed: a lock
+ * not had within LOCK_WAIT_MS, a serialization failure, a deadlock.
+ */
+const RETRYABLE = new Set(['55P03', '40001', '40P01'])
+const SET_LOCK_TIMEOUT = sql.raw(`SET LOCAL lock_timeout = '${LOCK_WAIT_MS}ms'`)
 
 export interface SendCoalescerOptions {
   /** Batches in flight at once per kind, each on its own connection (PGlite has one: 1). */
@@ -169,44 +193,97 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     }
   }
 
-  async function write (batch: Pending[], written: () => void = () => {}): Promise<void> {
-    const now = new Date()
-    const day = utcDay(now)
-    const since = new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)
-    const sends = batch.map((p) => p.send)
+  /**
+   * One try at a batch, in one transaction bounded by LOCK_WAIT_MS per lock: the
+   * Idempotency-Keys' locks tried, the groups held, then the statement. Its outcomes only once
+   * it has committed; an error rolls all of it back.
+   */
+  async function attempt (sends: BatchSend[]): Promise<BatchOutcome[]> {
+    const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS)
     const groups = sends.filter((s) => s.toGroup).map((s) => s.recipient)
     const keyed = sends.some((s) => s.idempotencyKey !== undefined)
+    return db.transaction(async (tx) => {
+      await tx.execute(SET_LOCK_TIMEOUT)
+      if (keyed) {
+        const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
+        sends.forEach((s, i) => { s.lockHeld = held[i] === true })
+      }
+      if (groups.length > 0) await holdGroups(tx, groups)
+      return writeBatch(tx, since, sends)
+    })
+  }
+
+  async function write (batch: Pending[], written: () => void = () => {}): Promise<void> {
     let outcomes: BatchOutcome[]
     try {
-      outcomes = keyed || groups.length > 0
-        ? await db.transaction(async (tx) => {
-          if (keyed) {
-            const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
-            sends.forEach((s, i) => { s.lockHeld = held[i] === true })
-          }
-          if (groups.length > 0) await holdGroups(tx, groups)
-          return writeBatch(tx, day, since, sends)
-        })
-        : await writeBatch(db, day, since, sends)
+      outcomes = await attempt(batch.map((p) => p.send))
     } catch (err) {
       written()
       // The database away or the pool exhausted is no one send's fault: all are answered at
       // once (503), not retried one by one behind the same wait.
-      if (batch.length === 1 || isDatabaseUnavailable(err)) {
+      if (isDatabaseUnavailable(err)) {
         for (const p of batch) p.reject(err)
         return
       }
-      for (const p of batch) await write([p])
+      // One send's failure (a held row, a sender deleted meanwhile, a serialization error)
+      // fails no other: each is written alone, one after another, each for one try before the
+      // next starts; a send whose row is held keeps trying on its own (writeAlone).
+      if (batch.length === 1) {
+        await writeAlone(batch[0]!, err, () => {}, 1)
+        return
+      }
+      for (const p of batch) await new Promise<void>((resolve) => { void writeAlone(p, err, resolve, 0) })
       return
     }
     written()
+    await finish(batch, outcomes)
+  }
+
+  /**
+   * A send on its own, after `failed` stopped it: tried again while the failure is one to retry
+   * (RETRYABLE), with growing waits that hold no lock, until ALONE_DEADLINE_MS (then 503).
+   * `tried` is called after its first try here, so a batch's next send need not wait for this
+   * one's row to be let go. From a batch (`first` 0) the first try is at once, whatever the
+   * batch's failure was (it may have been another send's); a send that failed alone (`first` 1)
+   * is tried again only for a failure to retry.
+   */
+  async function writeAlone (p: Pending, failed: unknown, tried: () => void, first: 0 | 1): Promise<void> {
+    const deadline = performance.now() + ALONE_DEADLINE_MS
+    let err = failed
+    for (let n = first; ; n++) {
+      if (n > 0) {
+        const state = sqlState(err)
+        if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { tried(); p.reject(err); return }
+        if (performance.now() >= deadline) {
+          tried()
+          p.reject(new Unavailable(`recipient ${p.send.recipient}: its rows stayed locked by other work for ${ALONE_DEADLINE_MS / 1000} s; try again shortly`))
+          return
+        }
+        await sleep(Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** (n - 1)) * (0.5 + Math.random()))
+      }
+      let outcomes: BatchOutcome[]
+      try {
+        outcomes = await attempt([p.send])
+      } catch (caught) {
+        err = caught
+        if (n === first) tried()
+        continue
+      }
+      tried()
+      await finish([p], outcomes)
+      return
+    }
+  }
+
+  /** A committed batch's outcomes, each answered; sends refused only for being counted together go again alone. */
+  async function finish (batch: Pending[], outcomes: BatchOutcome[]): Promise<void> {
     const alone: Pending[] = []
     batch.forEach((p, i) => {
       const outcome = outcomes[i]!
       if (p.send.toGroup && outcome.written) remember(p.send.recipient, outcome.fanOut)
       // Counted together with other sends of its key, the lot did not fit: each asks alone.
       if (outcome.used === null && outcome.keySends > 1) alone.push(p)
-      else settle(p, outcome, now)
+      else settle(p, outcome)
     })
     for (const p of alone) await write([p])
   }
@@ -238,13 +315,14 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     return count
   }
 
-  function settle (p: Pending, o: BatchOutcome, now: Date): void {
+  function settle (p: Pending, o: BatchOutcome): void {
     const { input, send } = p
-    const quotaState = quotaStateOf(input.principal, now)
+    // The day and its reset are the database's (the statement's clock), not this instance's.
+    const quotaState = quotaStateOf(input.principal, o.resetAt)
     if (send.idempotencyKey !== undefined && send.lockHeld !== true) return p.reject(new IdempotencyInProgress(send.idempotencyKey))
     if (o.earlierMessageId !== null) {
       if (o.earlierHash !== send.requestHash) return p.reject(new IdempotencyMismatch(send.idempotencyKey!))
-      replay(db, input.principal, now, o.earlierMessageId).then(p.resolve, p.reject)
+      replay(db, input.principal, o.earlierMessageId).then(p.resolve, p.reject)
       return
     }
     if (!o.found) return p.reject(new NotFound(send.toGroup ? 'group' : 'user', send.recipient))

@@ -34,8 +34,12 @@ t.test('typing to a stranger answers 204 and writes no event and no webhook deli
 
 t.test('typing reaches a user after a message either way, in a shared group, or listed in their roster', async (t) => {
   const { as } = await build(t, { env: ENV })
-  const [alice, bob, carol, dave, erin] = await Promise.all(['alice', 'bob', 'carol', 'dave', 'erin'].map((a) => as(a)))
-  // alice -> bob: alice wrote to bob first. carol -> alice: alice wrote to carol... each case apart.
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const dave = await as('dave')
+  const erin = await as('erin')
+  // bob: alice wrote to him. carol: she wrote to alice. dave: a group with alice. erin: alice in her roster.
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'hi' })).statusCode, 200)
   t.equal((await carol.post('/v2/message', { recipient: 'alice', body: 'hi' })).statusCode, 200)
   t.equal((await dave.post('/v2/group', { name: 'g', members: ['alice'] })).statusCode, 200)
