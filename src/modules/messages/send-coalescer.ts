@@ -79,6 +79,8 @@ const RETRY_MAX_MS = 400
  */
 const RETRYABLE = new Set(['55P03', '40001', '40P01'])
 const SET_LOCK_TIMEOUT = sql.raw(`SET LOCAL lock_timeout = '${LOCK_WAIT_MS}ms'`)
+/** What a send to a recipient already known held starts from: as if its try had timed out. */
+const ROWS_HELD = Object.assign(new Error('the recipient\'s rows are held by other work'), { code: '55P03' })
 
 export interface SendCoalescerOptions {
   /** Batches in flight at once per kind, each on its own connection (PGlite has one: 1). */
@@ -240,8 +242,19 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
   }
 
   /**
+   * Recipients (a user address or a group id) whose rows a send alone found held, each with a
+   * promise of the one send still trying for it here (the leader), settled when that send is
+   * done. Other sends to such a recipient wait for it holding nothing, neither a connection nor
+   * a lock: each try holds its key's quota row while it waits for the held one, so twenty sends
+   * of one key trying at once kept that key's quota row taken, and its sends to anyone else
+   * waited behind them (measured: 19 s).
+   */
+  const held = new Map<string, Promise<void>>()
+
+  /**
    * A send on its own, after `failed` stopped it: tried again while the failure is one to retry
-   * (RETRYABLE), with growing waits that hold no lock, until ALONE_DEADLINE_MS (then 503).
+   * (RETRYABLE), until ALONE_DEADLINE_MS (then 503). Between tries it holds nothing: the
+   * leader for a held recipient waits a growing while, the others wait for the leader.
    * `tried` is called after its first try here, so a batch's next send need not wait for this
    * one's row to be let go. From a batch (`first` 0) the first try is at once, whatever the
    * batch's failure was (it may have been another send's); a send that failed alone (`first` 1)
@@ -249,29 +262,45 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
    */
   async function writeAlone (p: Pending, failed: unknown, tried: () => void, first: 0 | 1): Promise<void> {
     const deadline = performance.now() + ALONE_DEADLINE_MS
+    const { recipient } = p.send
     let err = failed
-    for (let n = first; ; n++) {
-      if (n > 0) {
-        const state = sqlState(err)
-        if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { tried(); p.reject(err); return }
-        if (performance.now() >= deadline) {
-          tried()
-          p.reject(new Unavailable(`recipient ${p.send.recipient}: its rows stayed locked by other work for ${ALONE_DEADLINE_MS / 1000} s; try again shortly`))
-          return
+    let lead: (() => void) | undefined
+    try {
+      for (let n = first; ; n++) {
+        if (n > 0) {
+          const state = sqlState(err)
+          if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { tried(); p.reject(err); return }
+          const left = deadline - performance.now()
+          if (left <= 0) {
+            tried()
+            p.reject(new Unavailable(`recipient ${recipient}: its rows stayed locked by other work for ${ALONE_DEADLINE_MS / 1000} s; try again shortly`))
+            return
+          }
+          const leader = lead === undefined && state === '55P03' ? held.get(recipient) : undefined
+          if (leader !== undefined) {
+            await Promise.race([leader, sleep(left)])
+          } else {
+            if (lead === undefined && state === '55P03') held.set(recipient, new Promise<void>((resolve) => { lead = resolve }))
+            await sleep(Math.min(left, RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** (n - 1)) * (0.5 + Math.random()))
+          }
         }
-        await sleep(Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** (n - 1)) * (0.5 + Math.random()))
+        let outcomes: BatchOutcome[]
+        try {
+          outcomes = await attempt([p.send])
+        } catch (caught) {
+          err = caught
+          if (n === first) tried()
+          continue
+        }
+        tried()
+        await finish([p], outcomes)
+        return
       }
-      let outcomes: BatchOutcome[]
-      try {
-        outcomes = await attempt([p.send])
-      } catch (caught) {
-        err = caught
-        if (n === first) tried()
-        continue
+    } finally {
+      if (lead !== undefined) {
+        held.delete(recipient)
+        lead()
       }
-      tried()
-      await finish([p], outcomes)
-      return
     }
   }
 
@@ -357,7 +386,11 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       }
       const lane = await laneOf(send)
       return new Promise<SendResult>((resolve, reject) => {
-        lane.add({ input, send, message, resolve, reject })
+        const pending = { input, send, message, resolve, reject }
+        // Its recipient's rows are held and a send here is already waiting for them: this one
+        // waits beside it, out of the batches, which would only meet the same lock.
+        if (held.has(recipient)) void writeAlone(pending, ROWS_HELD, () => {}, 1)
+        else lane.add(pending)
       })
     }
   }
