@@ -45,8 +45,7 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
       // gone) gets none, and the statement writes nothing for it.
       const body = `echo: ${original.body}`
       const { message } = newMessage({ sender: address, recipient: original.sender, body, files: [] }, original.sender)
-      const now = new Date()
-      await writeBatch(tx, now, [{
+      await writeBatch(tx, [{
         keyId: null,
         limit: 0,
         sender: address,

@@ -4,6 +4,7 @@ import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared, queryShaped } from '../../db/rows.js'
 import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
+import { IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
 
 /** One send of a batch, to a user or a group, counted against its key's day. */
 export interface BatchSend {
@@ -107,8 +108,8 @@ const FILE_COLUMNS = {
   staged: (f: BatchFile) => f.file.staged
 }
 
-function batchValues (idempotencySince: Date, sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
-  const values: Record<string, unknown> = { idempotencySince, fileCount: files.length }
+function batchValues (sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
+  const values: Record<string, unknown> = { fileCount: files.length }
   const sendColumns: [string, (s: BatchSend) => unknown][] = Object.entries(SEND_COLUMNS)
   const fileColumns: [string, (f: BatchFile) => unknown][] = Object.entries(FILE_COLUMNS)
   for (const [name, pick] of sendColumns) values[name] = sends.map(pick)
@@ -153,7 +154,7 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
  * delivers them at commit, once the events are visible.
  */
-export async function writeBatch (db: Db, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
+export async function writeBatch (db: Db, sends: BatchSend[]): Promise<BatchOutcome[]> {
   const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
   // Parts a batch has no use for are left out of its statement: with no send to a group, the
   // member checks and the group fan-out; with no Idempotency-Key, the look-up and the record.
@@ -166,7 +167,7 @@ export async function writeBatch (db: Db, idempotencySince: Date, sends: BatchSe
   while (slots < files.length) slots *= 2
   const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots}`
   const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots),
-    batchValues(idempotencySince, sends, files, slots))
+    batchValues(sends, files, slots))
   return rows.map((r) => ({
     found: r.found,
     deactivated: r.deactivated,
@@ -184,7 +185,7 @@ export async function writeBatch (db: Db, idempotencySince: Date, sends: BatchSe
 
 /** writeBatch's statement for one shape, its values as placeholders (batchValues). */
 function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL {
-  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS | 'idempotencySince') => sql.placeholder(name)
+  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS) => sql.placeholder(name)
   // A batch with files writes them in the same statement (a shape of its own, prepared apart):
   // each file's row; a small file's one chunk, which came whole with the request (an empty file
   // has none); a larger file's chunks, already staged, claimed for its message, so a refused send
@@ -234,7 +235,9 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
       ? sql`earlier AS (
       SELECT input.ord, k.message_id, k.request_hash FROM input
         CROSS JOIN LATERAL (SELECT message_id, request_hash FROM idempotency_keys
-          WHERE key_id = input.key_id AND idempotency_key = input.idem_key AND created_at > ${p('idempotencySince')}::timestamptz LIMIT 1) AS k
+          -- The window by the database's clock, as purge counts it: never an instance's.
+          WHERE key_id = input.key_id AND idempotency_key = input.idem_key
+            AND created_at > now() - make_interval(secs => ${sql.raw(String(IDEMPOTENCY_WINDOW_MS / 1000))}) LIMIT 1) AS k
       WHERE input.held
     )`
       : sql`earlier AS (SELECT NULL::bigint AS ord, NULL::text AS message_id, NULL::text AS request_hash WHERE false)`}, eligible AS (

@@ -7,7 +7,7 @@ import { isGroupId } from '../../ids.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { QuotaExceeded } from '../quota/quota.repository.js'
 import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
-import { createIdempotencyRepository, IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
+import { createIdempotencyRepository } from './idempotency.repository.js'
 import type { Message } from './messages.schemas.js'
 import {
   IdempotencyInProgress, IdempotencyMismatch, newMessage, quotaStateOf, RecipientDeactivated, replay,
@@ -201,7 +201,6 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
    * it has committed; an error rolls all of it back.
    */
   async function attempt (sends: BatchSend[]): Promise<BatchOutcome[]> {
-    const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS)
     const groups = sends.filter((s) => s.toGroup).map((s) => s.recipient)
     const keyed = sends.some((s) => s.idempotencyKey !== undefined)
     return db.transaction(async (tx) => {
@@ -211,7 +210,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         sends.forEach((s, i) => { s.lockHeld = held[i] === true })
       }
       if (groups.length > 0) await holdGroups(tx, groups)
-      return writeBatch(tx, since, sends)
+      return writeBatch(tx, sends)
     })
   }
 
