@@ -154,7 +154,7 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
  * delivers them at commit, once the events are visible.
  */
-export async function writeBatch (db: Db, sends: BatchSend[]): Promise<BatchOutcome[]> {
+export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWaitMs?: number } = {}): Promise<BatchOutcome[]> {
   const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
   // Parts a batch has no use for are left out of its statement: with no send to a group, the
   // member checks and the group fan-out; with no Idempotency-Key, the look-up and the record.
@@ -165,8 +165,9 @@ export async function writeBatch (db: Db, sends: BatchSend[]): Promise<BatchOutc
   // Files' bytes go one parameter each, in slots padded to a power of two (fileBytes).
   let slots = files.length === 0 ? 0 : 1
   while (slots < files.length) slots *= 2
-  const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots}`
-  const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots),
+  const lockWaitMs = options.lockWaitMs
+  const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots} ${lockWaitMs ?? 'wait'}`
+  const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots, lockWaitMs),
     batchValues(sends, files, slots))
   return rows.map((r) => ({
     found: r.found,
@@ -184,7 +185,7 @@ export async function writeBatch (db: Db, sends: BatchSend[]): Promise<BatchOutc
 }
 
 /** writeBatch's statement for one shape, its values as placeholders (batchValues). */
-function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL {
+function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockWaitMs: number | undefined): SQL {
   const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS) => sql.placeholder(name)
   // A batch with files writes them in the same statement (a shape of its own, prepared apart):
   // each file's row; a small file's one chunk, which came whole with the request (an empty file
@@ -214,7 +215,13 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
         ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[],
         ${p('data')}::text[], ${p('idemKey')}::text[],
         ${p('idemHash')}::text[], ${p('held')}::boolean[], ${p('toGroup')}::boolean[])
-        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, to_group, ord)
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
+      ? sql``
+      : sql`
+      -- lock_timeout for the rest of this statement's transaction (its own, alone, or the
+      -- caller's): set before any row is locked, since every row it locks comes from input. No
+      -- round trip of its own, so a batch to users stays one statement.
+      WHERE (SELECT set_config('lock_timeout', ${sql.raw(`'${lockWaitMs}ms'`)}, true)) IS NOT NULL`}
     ), target AS (
       -- Each look-up by its key (LIMIT 1 keeps the planner from turning it into a join): the
       -- generic plan guesses ten input rows and would otherwise read every user to hash them.

@@ -196,13 +196,16 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
   }
 
   /**
-   * One try at a batch, in one transaction bounded by LOCK_WAIT_MS per lock: the
-   * Idempotency-Keys' locks tried, the groups held, then the statement. Its outcomes only once
-   * it has committed; an error rolls all of it back.
+   * One try at a batch, bounded by LOCK_WAIT_MS per lock. To users with no Idempotency-Key it
+   * is one statement, which sets its own lock_timeout; else one transaction that sets it first
+   * (SET LOCAL), then tries the Idempotency-Keys' locks and holds the groups before the
+   * statement. Its outcomes only once it has committed; an error rolls all of it back.
    */
   async function attempt (sends: BatchSend[]): Promise<BatchOutcome[]> {
     const groups = sends.filter((s) => s.toGroup).map((s) => s.recipient)
     const keyed = sends.some((s) => s.idempotencyKey !== undefined)
+    const bounded = { lockWaitMs: LOCK_WAIT_MS }
+    if (!keyed && groups.length === 0) return writeBatch(db, sends, bounded)
     return db.transaction(async (tx) => {
       await tx.execute(SET_LOCK_TIMEOUT)
       if (keyed) {
@@ -210,7 +213,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         sends.forEach((s, i) => { s.lockHeld = held[i] === true })
       }
       if (groups.length > 0) await holdGroups(tx, groups)
-      return writeBatch(tx, sends)
+      return writeBatch(tx, sends, bounded)
     })
   }
 
