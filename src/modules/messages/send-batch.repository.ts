@@ -122,6 +122,14 @@ function batchValues (sends: BatchSend[], files: BatchFile[], slots: number): Re
 }
 
 /**
+ * No lock wait longer than `ms` for the rest of the caller's transaction (SET LOCAL
+ * lock_timeout): past it the statement fails with 55P03 and the transaction rolls back.
+ */
+export async function boundLockWaits (tx: Db, ms: number): Promise<void> {
+  await tx.execute(sql.raw(`SET LOCAL lock_timeout = '${Math.round(ms)}ms'`))
+}
+
+/**
  * Holds the groups a batch sends to shared, in id order, until the transaction ends (call it
  * before writeBatch in the same transaction): membership changes take a group exclusively, so
  * the members writeBatch reads, with the fresh snapshot of a later statement, are the members

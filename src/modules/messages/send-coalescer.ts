@@ -1,12 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { isDatabaseUnavailable, sqlState } from '../../db/errors.js'
 import { Forbidden, NotFound, Unavailable, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { QuotaExceeded } from '../quota/quota.repository.js'
-import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
+import { boundLockWaits, holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
 import { createIdempotencyRepository } from './idempotency.repository.js'
 import type { Message } from './messages.schemas.js'
 import {
@@ -67,9 +66,9 @@ const SECOND_BATCH_AFTER_MS = 20
  * its sends are written one at a time (writeAlone): those whose rows are free at once, the held
  * one alone, again and again, holding nothing between tries, until its row is free.
  */
-export const LOCK_WAIT_MS = 50
+const LOCK_WAIT_MS = 50
 /** How long a send alone keeps trying for a held row before it answers 503. */
-export const ALONE_DEADLINE_MS = 20_000
+const ALONE_DEADLINE_MS = 20_000
 /** Waits between a send's tries alone: doubling from the first, capped, jittered. */
 const RETRY_FIRST_MS = 20
 const RETRY_MAX_MS = 400
@@ -78,7 +77,6 @@ const RETRY_MAX_MS = 400
  * not had within LOCK_WAIT_MS, a serialization failure, a deadlock.
  */
 const RETRYABLE = new Set(['55P03', '40001', '40P01'])
-const SET_LOCK_TIMEOUT = sql.raw(`SET LOCAL lock_timeout = '${LOCK_WAIT_MS}ms'`)
 /** What a send to a recipient already known held starts from: as if its try had timed out. */
 const ROWS_HELD = Object.assign(new Error('the recipient\'s rows are held by other work'), { code: '55P03' })
 
@@ -207,7 +205,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     const bounded = { lockWaitMs: LOCK_WAIT_MS }
     if (!keyed && groups.length === 0) return writeBatch(db, sends, bounded)
     return db.transaction(async (tx) => {
-      await tx.execute(SET_LOCK_TIMEOUT)
+      await boundLockWaits(tx, LOCK_WAIT_MS)
       if (keyed) {
         const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
         sends.forEach((s, i) => { s.lockHeld = held[i] === true })
