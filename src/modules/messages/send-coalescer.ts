@@ -77,6 +77,8 @@ const RETRY_MAX_MS = 400
  * not had within LOCK_WAIT_MS, a serialization failure, a deadlock.
  */
 const RETRYABLE = new Set(['55P03', '40001', '40P01'])
+/** A try whose Idempotency-Key another send held: tried again like a serialization failure. */
+const KEY_BUSY = Object.assign(new Error('the Idempotency-Key is held by a duplicate being written'), { code: '40001' })
 /** What a send to a recipient already known held starts from: as if its try had timed out. */
 const ROWS_HELD = Object.assign(new Error('the recipient\'s rows are held by other work'), { code: '55P03' })
 
@@ -250,6 +252,16 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
    * waited behind them (measured: 19 s).
    */
   const held = new Map<string, Promise<void>>()
+  /**
+   * Idempotency-Keys (API key and key) of sends here retrying alone. Between tries such a send
+   * holds no lock, its Idempotency-Key's included, so a duplicate arriving here is answered 409
+   * from this set. One arriving at another instance meanwhile may take the key between tries:
+   * it then sends as the first would (its record and message in one statement under the key's
+   * lock), and whichever commits second finds the record and answers the original (or 422), so
+   * nothing is sent twice nor counted twice either way.
+   */
+  const retryingKeys = new Set<string>()
+  const keyOf = (s: BatchSend): string | undefined => s.idempotencyKey === undefined || s.keyId === null ? undefined : `${s.keyId} ${s.idempotencyKey}`
 
   /**
    * A send on its own, after `failed` stopped it: tried again while the failure is one to retry
@@ -265,6 +277,9 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     const { recipient } = p.send
     let err = failed
     let lead: (() => void) | undefined
+    const idempotencyKey = keyOf(p.send)
+    const marked = idempotencyKey !== undefined && !retryingKeys.has(idempotencyKey)
+    if (marked) retryingKeys.add(idempotencyKey)
     try {
       for (let n = first; ; n++) {
         if (n > 0) {
@@ -292,11 +307,19 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
           if (n === first) tried()
           continue
         }
+        // Its Idempotency-Key taken meanwhile by a duplicate (on another instance) that is
+        // writing now: once that commits, the next try finds its record and answers it.
+        if (p.send.idempotencyKey !== undefined && p.send.lockHeld !== true) {
+          err = KEY_BUSY
+          if (n === first) tried()
+          continue
+        }
         tried()
         await finish([p], outcomes)
         return
       }
     } finally {
+      if (marked) retryingKeys.delete(idempotencyKey)
       if (lead !== undefined) {
         held.delete(recipient)
         lead()
@@ -384,6 +407,8 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         idempotencyKey: input.idempotencyKey,
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)
       }
+      const retrying = keyOf(send)
+      if (retrying !== undefined && retryingKeys.has(retrying)) throw new IdempotencyInProgress(send.idempotencyKey!)
       const lane = await laneOf(send)
       return new Promise<SendResult>((resolve, reject) => {
         const pending = { input, send, message, resolve, reject }
