@@ -284,16 +284,16 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       for (let n = first; ; n++) {
         if (n > 0) {
           const state = sqlState(err)
-          if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { tried(); p.reject(err); return }
+          if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { p.reject(err); return }
           const left = deadline - performance.now()
           if (left <= 0) {
-            tried()
             p.reject(new Unavailable(`recipient ${recipient}: its rows stayed locked by other work for ${ALONE_DEADLINE_MS / 1000} s; try again shortly`))
             return
           }
           const leader = lead === undefined && state === '55P03' ? held.get(recipient) : undefined
           if (leader !== undefined) {
-            await Promise.race([leader, sleep(left)])
+            // Unreferenced: a wait for the leader never holds a closing process open.
+            await Promise.race([leader, sleep(left, undefined, { ref: false })])
           } else {
             if (lead === undefined && state === '55P03') held.set(recipient, new Promise<void>((resolve) => { lead = resolve }))
             await sleep(Math.min(left, RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** (n - 1)) * (0.5 + Math.random()))
@@ -318,7 +318,11 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         await finish([p], outcomes)
         return
       }
+    } catch (err) {
+      // Never rejects: its callers do not wait for it to end (a send answered is settled once).
+      p.reject(err)
     } finally {
+      tried()
       if (marked) retryingKeys.delete(idempotencyKey)
       if (lead !== undefined) {
         held.delete(recipient)
