@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import { Type, type TSchema } from 'typebox'
-import { GroupSchema } from './modules/groups/groups.schemas.js'
+import { GroupSchema, GroupSummarySchema } from './modules/groups/groups.schemas.js'
 import { MessageSchema } from './modules/messages/messages.schemas.js'
 import { Timestamp } from './schemas.js'
 
@@ -100,7 +100,7 @@ const ref = (name: string): Json => ({ $ref: `#/components/headers/${name}` })
 /** The shape of `data` for each event type (API.md §4 Events); one schema per type. */
 function eventSchemas (): Record<string, Json> {
   const MessageRef = { $ref: '#/components/schemas/Message' }
-  const GroupRef = { $ref: '#/components/schemas/Group' }
+  const GroupRef = { $ref: '#/components/schemas/GroupSummary' }
   const address = { type: 'string', description: 'A user address' }
   const id = (what: string) => ({ type: 'string', description: what })
   const typing = (expires: boolean): Json => ({
@@ -179,6 +179,7 @@ export function polishOpenApi (document: unknown): unknown {
   const schemas = doc.components.schemas ??= {}
   schemas.Message = hoist(MessageSchema, {}, true) as Json
   schemas.Group = hoist(GroupSchema, {}, true) as Json
+  schemas.GroupSummary = hoist(GroupSummarySchema, {}, true) as Json
   Object.assign(schemas, eventSchemas())
   doc.components.headers = HEADERS
 

@@ -410,7 +410,7 @@ export type paths = {
         put?: never;
         /**
          * Say you are typing
-         * @description Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group.
+         * @description Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.
          */
         post: operations["startTyping"];
         delete?: never;
@@ -431,7 +431,7 @@ export type paths = {
         post?: never;
         /**
          * Say you stopped typing
-         * @description Sends typing.stopped { from, to }.
+         * @description Sends typing.stopped { from, to }, to whom typing.started would go.
          */
         delete: operations["stopTyping"];
         options?: never;
@@ -712,7 +712,7 @@ export type components = {
             createdAt: string;
             /** @description Set when deliveries kept failing for 24 h; null while active */
             disabledAt: string | (never | null);
-            /** @description Event types to deliver; omitted or null for every type */
+            /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
@@ -767,7 +767,7 @@ export type components = {
              */
             createdAt: string;
             data: {
-                group: components["schemas"]["Group"];
+                group: components["schemas"]["GroupSummary"];
             };
             /** @description An event id: a decimal string, increasing within the feed */
             id: string;
@@ -836,6 +836,21 @@ export type components = {
              */
             type: "group.members_removed";
         };
+        /** GroupSummary */
+        GroupSummary: {
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            createdAt: string;
+            /** @description grp_… */
+            id: string;
+            /** @description Members, the owner included */
+            memberCount: number;
+            name: string;
+            /** @description Address of the owner */
+            owner: string;
+        };
         /** GroupUpdatedEvent */
         GroupUpdatedEvent: {
             /**
@@ -844,7 +859,7 @@ export type components = {
              */
             createdAt: string;
             data: {
-                group: components["schemas"]["Group"];
+                group: components["schemas"]["GroupSummary"];
             };
             /** @description An event id: a decimal string, increasing within the feed */
             id: string;
@@ -1085,7 +1100,7 @@ export type components = {
             createdAt: string;
             /** @description Set when deliveries kept failing for 24 h; null while active */
             disabledAt: string | (never | null);
-            /** @description Event types to deliver; omitted or null for every type */
+            /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
@@ -5006,7 +5021,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Event types to deliver; omitted or null for every type */
+                    /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
                     events?: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
                     /** @description https:// (http:// too with WEBHOOK_ALLOW_PRIVATE=true); not a private, loopback or link-local address */
                     url: string;

@@ -10,6 +10,8 @@ export interface Received {
   event: { id: string, type: string, createdAt: string, data: unknown }
   /** The answer's status the receiver gave. */
   status: number
+  /** When the request arrived (performance.now(), this process's clock). */
+  at: number
 }
 
 export interface ReceiverOptions {
@@ -28,7 +30,7 @@ export async function startReceiver (t: TestContext, answer: (n: number, receive
   const server = createServer((req, res) => {
     let body = ''
     req.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => {
-      const entry: Received = { headers: req.headers, body, event: JSON.parse(body) as Received['event'], status: 0 }
+      const entry: Received = { headers: req.headers, body, event: JSON.parse(body) as Received['event'], status: 0, at: performance.now() }
       entry.status = answer(arrived++, entry)
       setTimeout(() => {
         received.push(entry)

@@ -9,7 +9,6 @@ import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.service.js'
 import { writeBatch } from '../messages/send-batch.repository.js'
 import { newMessage } from '../messages/send.service.js'
-import { utcDay } from '../quota/quota.repository.js'
 
 const BATCH = 20
 // A missed notification (a connection blip) delays a reply by at most this much.
@@ -46,8 +45,7 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
       // gone) gets none, and the statement writes nothing for it.
       const body = `echo: ${original.body}`
       const { message } = newMessage({ sender: address, recipient: original.sender, body, files: [] }, original.sender)
-      const now = new Date()
-      await writeBatch(tx, utcDay(now), now, [{
+      await writeBatch(tx, [{
         keyId: null,
         limit: 0,
         sender: address,

@@ -13,6 +13,21 @@ export const GroupSchema = Type.Object({
 
 export type Group = Static<typeof GroupSchema>
 
+/**
+ * A group as group.created and group.updated carry it (API.md §13): without its member list,
+ * so a change to a 1,000-member group writes 1,000 small events, not 1,000 copies of 1,000
+ * addresses. GET /group/{id} gives the members.
+ */
+export const GroupSummarySchema = Type.Object({
+  id: Type.String({ description: 'grp_…' }),
+  name: Type.String(),
+  owner: Type.String({ description: 'Address of the owner' }),
+  memberCount: Type.Integer({ minimum: 1, description: 'Members, the owner included' }),
+  createdAt: Timestamp
+}, { title: 'GroupSummary' })
+
+export type GroupSummary = Static<typeof GroupSummarySchema>
+
 export const GroupParams = Type.Object({
   group: Type.String({ pattern: GROUP_ID_PATTERN, description: 'A group id (grp_…)' })
 })

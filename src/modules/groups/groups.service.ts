@@ -5,7 +5,7 @@ import { createEventsRepository, type EventType } from '../events/events.reposit
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
 import { createGroupsRepository, type GroupsRepository } from './groups.repository.js'
-import type { Group } from './groups.schemas.js'
+import type { Group, GroupSummary } from './groups.schemas.js'
 import type { GroupRow } from './groups.table.js'
 import { normalizeAddress } from '../../ids.js'
 
@@ -42,6 +42,11 @@ function requireRoom (count: number, maxMembers: number): void {
   }
 }
 
+/** The group as group.created and group.updated carry it: no member list (API.md §13). */
+function summary (group: Group): GroupSummary {
+  return { id: group.id, name: group.name, owner: group.owner, memberCount: group.members.length, createdAt: group.createdAt }
+}
+
 async function tell (db: Db, addresses: string[], type: EventType, data: unknown): Promise<void> {
   await createEventsRepository(db).append(addresses.map((address) => ({ address, type, data })))
 }
@@ -58,7 +63,7 @@ export async function createGroup (db: Db, maxMembers: number, owner: string, na
   requireRoom(unique.size, maxMembers)
   return transaction(db, async (tx) => {
     const group = await createGroupsRepository(tx).create(name, owner, await requireUsers(tx, members))
-    await tell(tx, group.members, 'group.created', { group })
+    await tell(tx, group.members, 'group.created', { group: summary(group) })
     return group
   })
 }
@@ -75,7 +80,7 @@ export async function renameGroup (db: Db, id: string, address: string, name: st
     const groups = createGroupsRepository(tx)
     await ownedGroup(groups, id, address)
     const group = await groups.view(await groups.rename(id, name))
-    await tell(tx, group.members, 'group.updated', { group })
+    await tell(tx, group.members, 'group.updated', { group: summary(group) })
     return group
   })
 }

@@ -38,10 +38,12 @@ export function createIdempotencyRepository (db: Db) {
      * Another retry's replay holds it as briefly as a send does, so a taken lock alone does not
      * mean a send is in flight; a record committed means the send it names has finished.
      */
-    async find (key: HeldKey, since: Date): Promise<{ messageId: string, requestHash: string } | undefined> {
+    async find (key: HeldKey): Promise<{ messageId: string, requestHash: string } | undefined> {
+      // The window is the database's clock, as the batch statement's is.
       const [row] = await db.select({ messageId: idempotencyKeys.messageId, requestHash: idempotencyKeys.requestHash })
         .from(idempotencyKeys)
-        .where(and(eq(idempotencyKeys.keyId, key.keyId), eq(idempotencyKeys.idempotencyKey, key.idempotencyKey), gt(idempotencyKeys.createdAt, since)))
+        .where(and(eq(idempotencyKeys.keyId, key.keyId), eq(idempotencyKeys.idempotencyKey, key.idempotencyKey),
+          gt(idempotencyKeys.createdAt, sql`now() - make_interval(secs => ${IDEMPOTENCY_WINDOW_MS / 1000})`)))
       return row
     },
 

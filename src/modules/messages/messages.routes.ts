@@ -98,7 +98,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     schema: {
       tags: ['messages'],
       summary: 'Say you are typing',
-      description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group.',
+      description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.',
       body: TypingBody,
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
@@ -111,7 +111,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     schema: {
       tags: ['messages'],
       summary: 'Say you stopped typing',
-      description: 'Sends typing.stopped { from, to }.',
+      description: 'Sends typing.stopped { from, to }, to whom typing.started would go.',
       params: TypingParams,
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }

@@ -4,6 +4,7 @@ import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared, queryShaped } from '../../db/rows.js'
 import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
+import { IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
 
 /** One send of a batch, to a user or a group, counted against its key's day. */
 export interface BatchSend {
@@ -46,6 +47,11 @@ export interface BatchOutcome {
   written: boolean
   /** The message's time, the database's, as toISOString() writes it. */
   createdAt: string
+  /**
+   * Epoch seconds of the next UTC midnight by the database's clock: when the day the quota was
+   * counted against (the statement's current date, in UTC) ends. X-Quota-Reset.
+   */
+  resetAt: number
   /** Recipients it was written to: 1 to a user, the other active members of a group. */
   fanOut: number
 }
@@ -61,6 +67,7 @@ interface OutcomeRow {
   used: number | null
   written: boolean
   created_at: string
+  reset_at: string | number
   fan_out: number | null
 }
 
@@ -101,8 +108,8 @@ const FILE_COLUMNS = {
   staged: (f: BatchFile) => f.file.staged
 }
 
-function batchValues (day: string, idempotencySince: Date, sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
-  const values: Record<string, unknown> = { day, idempotencySince, fileCount: files.length }
+function batchValues (sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
+  const values: Record<string, unknown> = { fileCount: files.length }
   const sendColumns: [string, (s: BatchSend) => unknown][] = Object.entries(SEND_COLUMNS)
   const fileColumns: [string, (f: BatchFile) => unknown][] = Object.entries(FILE_COLUMNS)
   for (const [name, pick] of sendColumns) values[name] = sends.map(pick)
@@ -112,6 +119,14 @@ function batchValues (day: string, idempotencySince: Date, sends: BatchSend[], f
     values[`bytes${i}`] = bytes !== undefined && bytes.length > 0 ? bytes : null
   }
   return values
+}
+
+/**
+ * No lock wait longer than `ms` for the rest of the caller's transaction (SET LOCAL
+ * lock_timeout): past it the statement fails with 55P03 and the transaction rolls back.
+ */
+export async function boundLockWaits (tx: Db, ms: number): Promise<void> {
+  await tx.execute(sql.raw(`SET LOCAL lock_timeout = '${Math.round(ms)}ms'`))
 }
 
 /**
@@ -147,7 +162,7 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
  * delivers them at commit, once the events are visible.
  */
-export async function writeBatch (db: Db, day: string, idempotencySince: Date, sends: BatchSend[]): Promise<BatchOutcome[]> {
+export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWaitMs?: number } = {}): Promise<BatchOutcome[]> {
   const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
   // Parts a batch has no use for are left out of its statement: with no send to a group, the
   // member checks and the group fan-out; with no Idempotency-Key, the look-up and the record.
@@ -158,9 +173,10 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
   // Files' bytes go one parameter each, in slots padded to a power of two (fileBytes).
   let slots = files.length === 0 ? 0 : 1
   while (slots < files.length) slots *= 2
-  const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots}`
-  const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots),
-    batchValues(day, idempotencySince, sends, files, slots))
+  const lockWaitMs = options.lockWaitMs
+  const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots} ${lockWaitMs ?? 'wait'}`
+  const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots, lockWaitMs),
+    batchValues(sends, files, slots))
   return rows.map((r) => ({
     found: r.found,
     deactivated: r.deactivated,
@@ -171,13 +187,14 @@ export async function writeBatch (db: Db, day: string, idempotencySince: Date, s
     used: r.used,
     written: r.written,
     createdAt: r.created_at,
+    resetAt: Number(r.reset_at),
     fanOut: r.fan_out ?? 0
   }))
 }
 
 /** writeBatch's statement for one shape, its values as placeholders (batchValues). */
-function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL {
-  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS | 'day' | 'idempotencySince') => sql.placeholder(name)
+function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockWaitMs: number | undefined): SQL {
+  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS) => sql.placeholder(name)
   // A batch with files writes them in the same statement (a shape of its own, prepared apart):
   // each file's row; a small file's one chunk, which came whole with the request (an empty file
   // has none); a larger file's chunks, already staged, claimed for its message, so a refused send
@@ -206,7 +223,13 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
         ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[],
         ${p('data')}::text[], ${p('idemKey')}::text[],
         ${p('idemHash')}::text[], ${p('held')}::boolean[], ${p('toGroup')}::boolean[])
-        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, to_group, ord)
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
+      ? sql``
+      : sql`
+      -- lock_timeout for the rest of this statement's transaction (its own, alone, or the
+      -- caller's): set before any row is locked, since every row it locks comes from input. No
+      -- round trip of its own, so a batch to users stays one statement.
+      WHERE (SELECT set_config('lock_timeout', ${sql.raw(`'${lockWaitMs}ms'`)}, true)) IS NOT NULL`}
     ), target AS (
       -- Each look-up by its key (LIMIT 1 keeps the planner from turning it into a join): the
       -- generic plan guesses ten input rows and would otherwise read every user to hash them.
@@ -227,7 +250,9 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
       ? sql`earlier AS (
       SELECT input.ord, k.message_id, k.request_hash FROM input
         CROSS JOIN LATERAL (SELECT message_id, request_hash FROM idempotency_keys
-          WHERE key_id = input.key_id AND idempotency_key = input.idem_key AND created_at > ${p('idempotencySince')}::timestamptz LIMIT 1) AS k
+          -- The window by the database's clock, as purge counts it: never an instance's.
+          WHERE key_id = input.key_id AND idempotency_key = input.idem_key
+            AND created_at > now() - make_interval(secs => ${sql.raw(String(IDEMPOTENCY_WINDOW_MS / 1000))}) LIMIT 1) AS k
       WHERE input.held
     )`
       : sql`earlier AS (SELECT NULL::bigint AS ord, NULL::text AS message_id, NULL::text AS request_hash WHERE false)`}, eligible AS (
@@ -238,8 +263,9 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
     ), wanted AS (
       SELECT key_id, count(*)::int AS n, min(lim) AS lim FROM eligible WHERE key_id IS NOT NULL GROUP BY key_id
     ), counted AS (
+      -- The day is the database's (its clock, in UTC), the same on every instance.
       INSERT INTO quota_usage AS q (key_id, day, count)
-      SELECT key_id, ${p('day')}::date, n FROM wanted WHERE n <= lim ORDER BY key_id
+      SELECT key_id, (now() AT TIME ZONE 'UTC')::date, n FROM wanted WHERE n <= lim ORDER BY key_id
       ON CONFLICT (key_id, day) DO UPDATE SET count = q.count + excluded.count
         WHERE q.count + excluded.count <= (SELECT wanted.lim FROM wanted WHERE wanted.key_id = excluded.key_id)
       RETURNING key_id, count
@@ -311,7 +337,8 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number): SQL 
     SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
       coalesce(grouped.member, false) AS member,
       earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
-      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at, (SELECT count(*) FROM notified) AS notifies,
+      written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at,
+      extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at, (SELECT count(*) FROM notified) AS notifies,
       fanned.n AS fan_out
     FROM input
       LEFT JOIN target ON target.ord = input.ord

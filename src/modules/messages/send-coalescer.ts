@@ -1,11 +1,12 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Db } from '../../db/client.js'
-import { isDatabaseUnavailable } from '../../db/errors.js'
-import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
+import { isDatabaseUnavailable, sqlState } from '../../db/errors.js'
+import { Forbidden, NotFound, Unavailable, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
-import { QuotaExceeded, utcDay } from '../quota/quota.repository.js'
-import { holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
-import { createIdempotencyRepository, IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
+import { QuotaExceeded } from '../quota/quota.repository.js'
+import { boundLockWaits, holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
+import { createIdempotencyRepository } from './idempotency.repository.js'
 import type { Message } from './messages.schemas.js'
 import {
   IdempotencyInProgress, IdempotencyMismatch, newMessage, quotaStateOf, RecipientDeactivated, replay,
@@ -55,6 +56,31 @@ export function sendBatches (poolSize: number): number {
  */
 const SECOND_BATCH_QUEUE = 16
 const SECOND_BATCH_AFTER_MS = 20
+
+/**
+ * How long a send's transaction waits for any one lock (a recipient's feed row, a quota row, a
+ * group) before it gives up (SET LOCAL lock_timeout). A batch waiting on one recipient's row
+ * held by someone else's work (a long group change, an operator's transaction) held every quota
+ * and feed row it had already taken, and every send beside it, on any instance, queued behind
+ * those (an unrelated send took 3,210 ms instead of 81). Now the batch gives up after this, and
+ * its sends are written one at a time (writeAlone): those whose rows are free at once, the held
+ * one alone, again and again, holding nothing between tries, until its row is free.
+ */
+const LOCK_WAIT_MS = 50
+/** How long a send alone keeps trying for a held row before it answers 503. */
+const ALONE_DEADLINE_MS = 20_000
+/** Waits between a send's tries alone: doubling from the first, capped, jittered. */
+const RETRY_FIRST_MS = 20
+const RETRY_MAX_MS = 400
+/**
+ * SQLSTATEs after which a send alone is tried again, nothing of it having committed: a lock
+ * not had within LOCK_WAIT_MS, a serialization failure, a deadlock.
+ */
+const RETRYABLE = new Set(['55P03', '40001', '40P01'])
+/** A try whose Idempotency-Key another send held: tried again like a serialization failure. */
+const KEY_BUSY = Object.assign(new Error('the Idempotency-Key is held by a duplicate being written'), { code: '40001' })
+/** What a send to a recipient already known held starts from: as if its try had timed out. */
+const ROWS_HELD = Object.assign(new Error('the recipient\'s rows are held by other work'), { code: '55P03' })
 
 export interface SendCoalescerOptions {
   /** Batches in flight at once per kind, each on its own connection (PGlite has one: 1). */
@@ -170,44 +196,151 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     }
   }
 
-  async function write (batch: Pending[], written: () => void = () => {}): Promise<void> {
-    const now = new Date()
-    const day = utcDay(now)
-    const since = new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)
-    const sends = batch.map((p) => p.send)
+  /**
+   * One try at a batch, bounded by LOCK_WAIT_MS per lock. To users with no Idempotency-Key it
+   * is one statement, which sets its own lock_timeout; else one transaction that sets it first
+   * (SET LOCAL), then tries the Idempotency-Keys' locks and holds the groups before the
+   * statement. Its outcomes only once it has committed; an error rolls all of it back.
+   */
+  async function attempt (sends: BatchSend[]): Promise<BatchOutcome[]> {
     const groups = sends.filter((s) => s.toGroup).map((s) => s.recipient)
     const keyed = sends.some((s) => s.idempotencyKey !== undefined)
+    const bounded = { lockWaitMs: LOCK_WAIT_MS }
+    if (!keyed && groups.length === 0) return writeBatch(db, sends, bounded)
+    return db.transaction(async (tx) => {
+      await boundLockWaits(tx, LOCK_WAIT_MS)
+      if (keyed) {
+        const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
+        sends.forEach((s, i) => { s.lockHeld = held[i] === true })
+      }
+      if (groups.length > 0) await holdGroups(tx, groups)
+      return writeBatch(tx, sends, bounded)
+    })
+  }
+
+  async function write (batch: Pending[], written: () => void = () => {}): Promise<void> {
     let outcomes: BatchOutcome[]
     try {
-      outcomes = keyed || groups.length > 0
-        ? await db.transaction(async (tx) => {
-          if (keyed) {
-            const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))
-            sends.forEach((s, i) => { s.lockHeld = held[i] === true })
-          }
-          if (groups.length > 0) await holdGroups(tx, groups)
-          return writeBatch(tx, day, since, sends)
-        })
-        : await writeBatch(db, day, since, sends)
+      outcomes = await attempt(batch.map((p) => p.send))
     } catch (err) {
       written()
       // The database away or the pool exhausted is no one send's fault: all are answered at
       // once (503), not retried one by one behind the same wait.
-      if (batch.length === 1 || isDatabaseUnavailable(err)) {
+      if (isDatabaseUnavailable(err)) {
         for (const p of batch) p.reject(err)
         return
       }
-      for (const p of batch) await write([p])
+      // One send's failure (a held row, a sender deleted meanwhile, a serialization error)
+      // fails no other: each is written alone, one after another, each for one try before the
+      // next starts; a send whose row is held keeps trying on its own (writeAlone).
+      if (batch.length === 1) {
+        await writeAlone(batch[0]!, err, () => {}, 1)
+        return
+      }
+      for (const p of batch) await new Promise<void>((resolve) => { void writeAlone(p, err, resolve, 0) })
       return
     }
     written()
+    await finish(batch, outcomes)
+  }
+
+  /**
+   * Recipients (a user address or a group id) whose rows a send alone found held, each with a
+   * promise of the one send still trying for it here (the leader), settled when that send is
+   * done. Other sends to such a recipient wait for it holding nothing, neither a connection nor
+   * a lock: each try holds its key's quota row while it waits for the held one, so twenty sends
+   * of one key trying at once kept that key's quota row taken, and its sends to anyone else
+   * waited behind them (measured: 19 s).
+   */
+  const held = new Map<string, Promise<void>>()
+  /**
+   * Idempotency-Keys (API key and key) of sends here retrying alone. Between tries such a send
+   * holds no lock, its Idempotency-Key's included, so a duplicate arriving here is answered 409
+   * from this set. One arriving at another instance meanwhile may take the key between tries:
+   * it then sends as the first would (its record and message in one statement under the key's
+   * lock), and whichever commits second finds the record and answers the original (or 422), so
+   * nothing is sent twice nor counted twice either way.
+   */
+  const retryingKeys = new Set<string>()
+  const keyOf = (s: BatchSend): string | undefined => s.idempotencyKey === undefined || s.keyId === null ? undefined : `${s.keyId} ${s.idempotencyKey}`
+
+  /**
+   * A send on its own, after `failed` stopped it: tried again while the failure is one to retry
+   * (RETRYABLE), until ALONE_DEADLINE_MS (then 503). Between tries it holds nothing: the
+   * leader for a held recipient waits a growing while, the others wait for the leader.
+   * `tried` is called after its first try here, so a batch's next send need not wait for this
+   * one's row to be let go. From a batch (`first` 0) the first try is at once, whatever the
+   * batch's failure was (it may have been another send's); a send that failed alone (`first` 1)
+   * is tried again only for a failure to retry.
+   */
+  async function writeAlone (p: Pending, failed: unknown, tried: () => void, first: 0 | 1): Promise<void> {
+    const deadline = performance.now() + ALONE_DEADLINE_MS
+    const { recipient } = p.send
+    let err = failed
+    let lead: (() => void) | undefined
+    const idempotencyKey = keyOf(p.send)
+    const marked = idempotencyKey !== undefined && !retryingKeys.has(idempotencyKey)
+    if (marked) retryingKeys.add(idempotencyKey)
+    try {
+      for (let n = first; ; n++) {
+        if (n > 0) {
+          const state = sqlState(err)
+          if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { p.reject(err); return }
+          const left = deadline - performance.now()
+          if (left <= 0) {
+            p.reject(new Unavailable(`recipient ${recipient}: its rows stayed locked by other work for ${ALONE_DEADLINE_MS / 1000} s; try again shortly`))
+            return
+          }
+          const leader = lead === undefined && state === '55P03' ? held.get(recipient) : undefined
+          if (leader !== undefined) {
+            // Unreferenced: a wait for the leader never holds a closing process open.
+            await Promise.race([leader, sleep(left, undefined, { ref: false })])
+          } else {
+            if (lead === undefined && state === '55P03') held.set(recipient, new Promise<void>((resolve) => { lead = resolve }))
+            await sleep(Math.min(left, RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** (n - 1)) * (0.5 + Math.random()))
+          }
+        }
+        let outcomes: BatchOutcome[]
+        try {
+          outcomes = await attempt([p.send])
+        } catch (caught) {
+          err = caught
+          if (n === first) tried()
+          continue
+        }
+        // Its Idempotency-Key taken meanwhile by a duplicate (on another instance) that is
+        // writing now: once that commits, the next try finds its record and answers it.
+        if (p.send.idempotencyKey !== undefined && p.send.lockHeld !== true) {
+          err = KEY_BUSY
+          if (n === first) tried()
+          continue
+        }
+        tried()
+        await finish([p], outcomes)
+        return
+      }
+    } catch (err) {
+      // Never rejects: its callers do not wait for it to end (a send answered is settled once).
+      p.reject(err)
+    } finally {
+      tried()
+      if (marked) retryingKeys.delete(idempotencyKey)
+      if (lead !== undefined) {
+        held.delete(recipient)
+        lead()
+      }
+    }
+  }
+
+  /** A committed batch's outcomes, each answered; sends refused only for being counted together go again alone. */
+  async function finish (batch: Pending[], outcomes: BatchOutcome[]): Promise<void> {
     const alone: Pending[] = []
     batch.forEach((p, i) => {
       const outcome = outcomes[i]!
       if (p.send.toGroup && outcome.written) remember(p.send.recipient, outcome.fanOut)
       // Counted together with other sends of its key, the lot did not fit: each asks alone.
       if (outcome.used === null && outcome.keySends > 1) alone.push(p)
-      else settle(p, outcome, now)
+      else settle(p, outcome)
     })
     for (const p of alone) await write([p])
   }
@@ -246,26 +379,27 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
    * original message, or 422 when the fields differ. Before, every such retry was 409, though
    * nothing was in flight.
    */
-  async function unheld (input: SendInput, send: BatchSend, now: Date): Promise<SendResult> {
+  async function unheld (input: SendInput, send: BatchSend): Promise<SendResult> {
     const key = send.idempotencyKey!
     const record = send.keyId === null
       ? undefined
-      : await createIdempotencyRepository(db).find({ keyId: send.keyId, idempotencyKey: key }, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS))
+      : await createIdempotencyRepository(db).find({ keyId: send.keyId, idempotencyKey: key })
     if (record === undefined) throw new IdempotencyInProgress(key)
     if (record.requestHash !== send.requestHash) throw new IdempotencyMismatch(key)
-    return replay(db, input.principal, now, record.messageId)
+    return replay(db, input.principal, record.messageId)
   }
 
-  function settle (p: Pending, o: BatchOutcome, now: Date): void {
+  function settle (p: Pending, o: BatchOutcome): void {
     const { input, send } = p
-    const quotaState = quotaStateOf(input.principal, now)
+    // The day and its reset are the database's (the statement's clock), not this instance's.
+    const quotaState = quotaStateOf(input.principal, o.resetAt)
     if (send.idempotencyKey !== undefined && send.lockHeld !== true) {
-      unheld(input, send, now).then(p.resolve, p.reject)
+      unheld(input, send).then(p.resolve, p.reject)
       return
     }
     if (o.earlierMessageId !== null) {
       if (o.earlierHash !== send.requestHash) return p.reject(new IdempotencyMismatch(send.idempotencyKey!))
-      replay(db, input.principal, now, o.earlierMessageId).then(p.resolve, p.reject)
+      replay(db, input.principal, o.earlierMessageId).then(p.resolve, p.reject)
       return
     }
     if (!o.found) return p.reject(new NotFound(send.toGroup ? 'group' : 'user', send.recipient))
@@ -298,9 +432,15 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         idempotencyKey: input.idempotencyKey,
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)
       }
+      const retrying = keyOf(send)
+      if (retrying !== undefined && retryingKeys.has(retrying)) throw new IdempotencyInProgress(send.idempotencyKey!)
       const lane = await laneOf(send)
       return new Promise<SendResult>((resolve, reject) => {
-        lane.add({ input, send, message, resolve, reject })
+        const pending = { input, send, message, resolve, reject }
+        // Its recipient's rows are held and a send here is already waiting for them: this one
+        // waits beside it, out of the batches, which would only meet the same lock.
+        if (held.has(recipient)) void writeAlone(pending, ROWS_HELD, () => {}, 1)
+        else lane.add(pending)
       })
     }
   }

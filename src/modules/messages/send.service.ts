@@ -6,7 +6,7 @@ import type { UploadedFile } from '../../plugins/uploads.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { memberGroup } from '../groups/groups.service.js'
 import type { Principal } from '../keys/authenticator.js'
-import { createQuotaRepository, nextUtcMidnight, utcDay, type QuotaState } from '../quota/quota.repository.js'
+import { createQuotaRepository, type QuotaState } from '../quota/quota.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
@@ -112,21 +112,21 @@ class IdempotentMessageDeleted extends AppError {
   }
 }
 
-/** The quota headers' state for a key at a moment, given its count. */
-export function quotaStateOf (principal: Principal, now: Date): (used: number) => QuotaState {
-  return (used) => ({ limit: principal.dailyQuota, used, resetAt: nextUtcMidnight(now) })
+/** The quota headers' state for a key, given its count, on a day ending at `resetAt` (epoch seconds, the database's clock). */
+export function quotaStateOf (principal: Principal, resetAt: number): (used: number) => QuotaState {
+  return (used) => ({ limit: principal.dailyQuota, used, resetAt })
 }
 
 /**
  * The answer to a retry with an Idempotency-Key whose send made `messageId`: that message, and
  * the key's count, sending nothing and counting nothing.
  */
-export async function replay (db: Db, principal: Principal, now: Date, messageId: string): Promise<SendResult> {
+export async function replay (db: Db, principal: Principal, messageId: string): Promise<SendResult> {
   const messages = createMessagesRepository(db)
   const row = await messages.find(messageId)
   // Its sender deleted it: the body is erased, so there is nothing to answer with, and a
   // new send would break the promise that a retry sends nothing new.
   if (row === undefined) throw new IdempotentMessageDeleted(messageId)
-  const used = await createQuotaRepository(db).used(principal.keyId, utcDay(now))
-  return { message: await messages.view(row), quota: quotaStateOf(principal, now)(used), replayed: true }
+  const { used, resetAt } = await createQuotaRepository(db).today(principal.keyId)
+  return { message: await messages.view(row), quota: quotaStateOf(principal, resetAt)(used), replayed: true }
 }

@@ -2,6 +2,7 @@ import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/retry.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import { createUsersRepository } from '../users/users.repository.js'
 import { resolveRecipients } from './send.service.js'
 
 /** How long a typing event (started or stopped) holds before it lapses. */
@@ -20,10 +21,21 @@ function sweep (now: number): void {
   for (const [key, expires] of liveGroupTyping) if (expires <= now) liveGroupTyping.delete(key)
 }
 
+/**
+ * Whether typing to `target` goes anywhere: to a group always (the sender is a member, or
+ * resolveRecipients refused); to a user only when that user knows the sender (acquainted).
+ * Typing to a stranger is answered 204 and dropped: no event, so no webhook delivery either,
+ * and nothing tells the caller whether the user knows it.
+ */
+async function reaches (tx: Db, from: string, target: { recipient: string }): Promise<boolean> {
+  return isGroupId(target.recipient) || await createUsersRepository(tx).acquainted(from, target.recipient)
+}
+
 /** typing.started to the recipient (or each other member of a group), lapsing after 15 s. */
 export async function startTyping (db: Db, from: string, to: string): Promise<void> {
   await transaction(db, async (tx) => {
     const target = await resolveRecipients(tx, from, to)
+    if (!await reaches(tx, from, target)) return
     const feeds = createEventsRepository(tx)
     const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
     const key = `${from}|${target.recipient}`
@@ -44,6 +56,7 @@ export async function startTyping (db: Db, from: string, to: string): Promise<vo
 export async function stopTyping (db: Db, from: string, to: string): Promise<void> {
   await transaction(db, async (tx) => {
     const target = await resolveRecipients(tx, from, to)
+    if (!await reaches(tx, from, target)) return
     const feeds = createEventsRepository(tx)
     const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
     if (isGroupId(target.recipient)) {

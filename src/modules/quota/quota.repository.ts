@@ -1,17 +1,8 @@
-import { and, eq, lt, sql } from 'drizzle-orm'
+import { lt, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { queryRows } from '../../db/rows.js'
 import { AppError } from '../../errors.js'
 import { quotaUsage } from './quota.table.js'
-
-/** The UTC day a moment counts against, as YYYY-MM-DD. */
-export function utcDay (now: Date): string {
-  return now.toISOString().slice(0, 10)
-}
-
-/** Epoch seconds of the next UTC midnight: when today's count resets. */
-export function nextUtcMidnight (now: Date): number {
-  return Math.floor(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1) / 1000)
-}
 
 export interface QuotaState { limit: number, used: number, resetAt: number }
 
@@ -34,10 +25,15 @@ export class QuotaExceeded extends AppError {
 
 export function createQuotaRepository (db: Db) {
   return {
-    async used (keyId: string, day: string): Promise<number> {
-      const [row] = await db.select({ count: quotaUsage.count }).from(quotaUsage)
-        .where(and(eq(quotaUsage.keyId, keyId), eq(quotaUsage.day, day)))
-      return row?.count ?? 0
+    /**
+     * A key's count today and when today ends (epoch seconds), both by the database's clock in
+     * UTC, as a send counts them: never this instance's clock, which may differ.
+     */
+    async today (keyId: string): Promise<{ used: number, resetAt: number }> {
+      const [row] = await queryRows<{ used: number, reset_at: string | number }>(db, sql`
+        SELECT coalesce((SELECT count FROM ${quotaUsage} WHERE key_id = ${keyId} AND day = (now() AT TIME ZONE 'UTC')::date), 0)::int AS used,
+          extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at`)
+      return { used: row!.used, resetAt: Number(row!.reset_at) }
     },
 
     /** Forgets days long past. */

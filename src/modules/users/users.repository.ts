@@ -5,6 +5,7 @@ import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
 import { Conflict } from '../../errors.js'
 import { likePattern } from '../../db/like.js'
 import { checkDisplayName } from './display-name.js'
+import { queryRows } from '../../db/rows.js'
 import type { AdminUser, User } from './users.schemas.js'
 import { users, type UserRow } from './users.table.js'
 import { normalizeAddress } from '../../ids.js'
@@ -53,6 +54,22 @@ export function createUsersRepository (db: Db) {
       if (addresses.length === 0) return new Set()
       const rows = await db.select({ address: users.address }).from(users).where(inArray(users.address, addresses))
       return new Set(rows.map((r) => r.address))
+    },
+
+    /**
+     * Whether `to` knows `from` well enough to be told it types (API.md §13): a 1:1 message
+     * between them either way, a group they both belong to, or `from` in `to`'s roster. Not
+     * `to` in `from`'s roster: anyone may add anyone to their own roster, so it would let a
+     * stranger reach everyone. Each test is an indexed look-up, stopped at its first row.
+     */
+    async acquainted (from: string, to: string): Promise<boolean> {
+      const [row] = await queryRows<{ known: boolean }>(db, sql`
+        SELECT EXISTS (SELECT 1 FROM messages WHERE sender = ${from} AND recipient = ${to})
+          OR EXISTS (SELECT 1 FROM messages WHERE sender = ${to} AND recipient = ${from})
+          OR EXISTS (SELECT 1 FROM group_members a JOIN group_members b ON b.group_id = a.group_id AND b.address = ${to}
+                     WHERE a.address = ${from})
+          OR EXISTS (SELECT 1 FROM roster_entries WHERE owner = ${to} AND entity = ${from}) AS known`)
+      return row?.known === true
     },
 
     async find (address: string): Promise<UserRow | undefined> {

@@ -50,9 +50,14 @@ export function backoffMs (failingForMs: number, random = Math.random): number {
   return Math.round(Math.min(MAX_BACKOFF_MS, Math.max(1_000, failingForMs)) * (0.8 + 0.4 * random()))
 }
 
-/** Whether the webhook wants this event: its filter, and not a typing indicator that has lapsed. */
+/**
+ * Whether the webhook wants this event: its filter, and not a typing indicator that has lapsed.
+ * No filter (events null, the default) means every type but typing.* (API.md §9, §13): a
+ * webhook that wants typing lists those types. Webhooks registered before this rule with no
+ * filter keep it too, and stop receiving typing, as the documented default always said.
+ */
 function wanted (webhook: WebhookRow, event: EventRow, now: number): boolean {
-  if (webhook.events !== null && !webhook.events.includes(event.type)) return false
+  if (webhook.events === null ? event.type.startsWith('typing.') : !webhook.events.includes(event.type)) return false
   return event.expiresAt === null || event.expiresAt.getTime() > now
 }
 

@@ -112,19 +112,35 @@ export function createWebhooksRepository (db: Db) {
      * the lease is released or runs out (a crashed holder's work is taken over then: at least
      * once). A user holds at most `perUser` leases at once, counting every instance's, so one
      * user's slow receivers cannot take every delivery slot.
+     *
+     * The cap is applied before the window, in the statement: each user's due webhooks are
+     * ranked, and only those its held leases leave room for are read. Applied after a window
+     * of the oldest due rows (as it was), five users with slow receivers and many webhooks
+     * filled the window with webhooks they could not take, so free slots sat idle while
+     * everyone else's webhooks waited for their batches to end (p99 25 s).
      */
     async claimDue (limit: number, leaseMs: number, token: string, perUser: number): Promise<WebhookRow[]> {
       const ids = await db.transaction(async (tx) => {
         const due = await queryRows<{ id: string, address: string, leased: number }>(tx, sql`
-          SELECT w.id, w.address,
-            (SELECT count(*)::int FROM ${webhooks} l WHERE l.address = w.address AND l.lease_until >= now()) AS leased
-          FROM ${webhooks} w
-          WHERE w.disabled_at IS NULL AND w.next_attempt_at <= now() AND (w.lease_until IS NULL OR w.lease_until < now())
-            AND (EXISTS (SELECT 1 FROM ${events} e WHERE e.address = w.address AND e.seq > w.delivered_through)
-              OR EXISTS (SELECT 1 FROM ${webhookDeliveries} d JOIN ${events} e ON e.address = w.address AND e.seq = d.event_id
-                         WHERE d.webhook_id = w.id AND d.redeliver IS NOT NULL AND d.event_id <= w.delivered_through))
-          ORDER BY w.next_attempt_at
-          LIMIT ${limit * 4}
+          WITH ready AS (
+            SELECT w.id, w.address, w.next_attempt_at,
+              row_number() OVER (PARTITION BY w.address ORDER BY w.next_attempt_at, w.id) AS rank
+            FROM ${webhooks} w
+            WHERE w.disabled_at IS NULL AND w.next_attempt_at <= now() AND (w.lease_until IS NULL OR w.lease_until < now())
+              AND (EXISTS (SELECT 1 FROM ${events} e WHERE e.address = w.address AND e.seq > w.delivered_through)
+                OR EXISTS (SELECT 1 FROM ${webhookDeliveries} d JOIN ${events} e ON e.address = w.address AND e.seq = d.event_id
+                           WHERE d.webhook_id = w.id AND d.redeliver IS NOT NULL AND d.event_id <= w.delivered_through))
+          ), leased AS (
+            SELECT l.address, count(*)::int AS n FROM ${webhooks} l
+            WHERE l.lease_until >= now() AND l.address IN (SELECT address FROM ready) GROUP BY l.address
+          )
+          SELECT w.id, w.address, coalesce(leased.n, 0) AS leased
+          FROM ready JOIN ${webhooks} w ON w.id = ready.id LEFT JOIN leased ON leased.address = ready.address
+          WHERE coalesce(leased.n, 0) + ready.rank <= ${perUser}
+            -- Checked again on the locked row: another claim may have leased it since ready read it.
+            AND w.disabled_at IS NULL AND w.next_attempt_at <= now() AND (w.lease_until IS NULL OR w.lease_until < now())
+          ORDER BY ready.next_attempt_at, ready.id
+          LIMIT ${limit}
           FOR UPDATE OF w SKIP LOCKED`)
         const held = new Map<string, number>()
         const chosen: string[] = []

@@ -5,7 +5,7 @@ import { EVENT_TYPES } from '../events/events.repository.js'
 const WebhookId = Type.String({ pattern: '^whk_[0-9a-z]{26}$', description: 'A webhook id (whk_…)' })
 const EventId = Type.String({ pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string' })
 const EventTypes = Type.Array(Type.Unsafe<string>({ type: 'string', enum: [...EVENT_TYPES] }), {
-  minItems: 1, maxItems: EVENT_TYPES.length, uniqueItems: true, description: 'Event types to deliver; omitted or null for every type'
+  minItems: 1, maxItems: EVENT_TYPES.length, uniqueItems: true, description: 'Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them)'
 })
 
 const WebhookSchema = Type.Object({

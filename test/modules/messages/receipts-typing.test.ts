@@ -58,6 +58,8 @@ t.test('typing: started lapses after 15 s, stopped follows; groups reach each ot
   const bob = await as('bob')
   const carol = await as('carol')
   const dave = await as('dave')
+  // Typing reaches only users who know the typist (API.md §13): bob lists alice.
+  t.equal((await bob.post('/v2/roster', { entity: 'alice' })).statusCode, 200)
   t.equal((await alice.post('/v2/message/typing', { recipient: 'bob' })).statusCode, 204)
   const [started] = await feed(bob)
   t.match(started, { type: 'typing.started', data: { from: 'alice', to: 'bob' } })

@@ -6,7 +6,9 @@ import { build } from '../../helper.js'
 t.test('typing events of both kinds expire 15 s after they are written, on the database clock', async (t) => {
   const { as, db } = await build(t)
   const alice = await as('alice')
-  await as('bob')
+  const bob = await as('bob')
+  // Typing reaches only users who know the typist (API.md §13): bob lists alice.
+  t.equal((await bob.post('/v2/roster', { entity: 'alice' })).statusCode, 200)
   t.equal((await alice.post('/v2/message/typing', { recipient: 'bob' })).statusCode, 204)
   t.equal((await alice.delete('/v2/message/typing/bob')).statusCode, 204)
   const rows = await queryRows<{ type: string, ttl: number }>(db, sql`

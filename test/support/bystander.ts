@@ -1,0 +1,51 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+
+/** The 99th percentile of latencies (ms). */
+export const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1] ?? 0
+
+export interface Sent { status: number, ms: number }
+
+/**
+ * A bystander sending messages over real HTTP until stop(): each send to the next of
+ * `recipients`, through the next of `bases` (several instances take turns), one at a time, at
+ * most one per `everyMs`. Resolves with each answer's status and latency.
+ */
+export function sendLoop (bases: string[], authorization: string, recipients: string[], everyMs = 0) {
+  const results: Sent[] = []
+  let running = true
+  const loop = (async () => {
+    for (let i = 0; running; i++) {
+      const started = performance.now()
+      const res = await fetch(`${bases[i % bases.length]}/v2/message`, {
+        method: 'POST',
+        headers: { authorization, 'content-type': 'application/json' },
+        body: JSON.stringify({ recipient: recipients[i % recipients.length], body: 'bystander' })
+      })
+      await res.arrayBuffer()
+      results.push({ status: res.status, ms: performance.now() - started })
+      const left = everyMs - (performance.now() - started)
+      if (left > 0) await sleep(left)
+    }
+  })()
+  return {
+    async stop (): Promise<Sent[]> {
+      running = false
+      await loop
+      return results
+    }
+  }
+}
+
+/** Several sendLoops at once, stopped together, their results in one list. */
+export function sendLoops (loops: ReturnType<typeof sendLoop>[]) {
+  return { stop: async (): Promise<Sent[]> => (await Promise.all(loops.map((l) => l.stop()))).flat() }
+}
+
+/**
+ * The bound a bystander's p99 under load must stay under: `times` its p99 alone in the same
+ * test, at least `floor` ms (a busy machine fails nothing), and never more than `ceiling` ms (a
+ * real stall still fails).
+ */
+export function relativeBound (alone: number, ceiling: number, times = 5, floor = 250): number {
+  return Math.min(ceiling, Math.max(times * alone, floor))
+}
