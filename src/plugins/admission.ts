@@ -19,6 +19,14 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     admission?: Admission
   }
+  interface FastifyInstance {
+    /**
+     * For a route admitted `none` that works only part of the time (a long-poll reads, waits,
+     * reads): waits for a place at the gate and resolves with the way to give it back, which the
+     * response's close also does. Throws 429 like the gates' own hook.
+     */
+    admit(req: FastifyRequest, reply: FastifyReply, kind: Exclude<Admission, 'none'>): Promise<() => void>
+  }
 }
 
 export interface AdmissionOptions {
@@ -78,6 +86,26 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
     if (res.closed) leave()
     else res.once('close', leave)
   }
+
+  app.decorate('admit', async (req: FastifyRequest, reply: FastifyReply, kind: Exclude<Admission, 'none'>) => {
+    const res = reply.raw
+    let leave: () => void
+    // Taken off once admitted: a long-poll admits several times and must not pile up listeners.
+    let abandon: (() => void) | undefined
+    try {
+      leave = await gates[kind].enter(principalOf(req).keyId, (cancel) => { abandon = cancel; res.once('close', cancel) })
+    } catch (err) {
+      if (err instanceof QueueFull) throw new RateLimited()
+      if (err instanceof Abandoned) throw new RateLimited('The request was abandoned by its client while it waited its turn')
+      throw err
+    } finally {
+      if (abandon !== undefined) res.off('close', abandon)
+    }
+    if (res.closed) leave()
+    else res.once('close', leave)
+    // The gate's leave runs once however often it is called.
+    return () => { res.off('close', leave); leave() }
+  })
 
   const admission = (req: FastifyRequest): Admission => req.routeOptions.config.admission ?? 'request'
 

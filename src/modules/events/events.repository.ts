@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL } from 'drizzle-orm'
+import { and, asc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import type { Event } from './events.schemas.js'
@@ -30,6 +30,9 @@ export interface NewEvent {
 export function toEvent (row: EventRow): Event {
   return { id: String(row.seq), type: row.type, createdAt: row.createdAt.toISOString(), data: row.data }
 }
+
+/** What an event costs in an answer besides its data: id, type, times, and the JSON around them. */
+const EVENT_OVERHEAD_BYTES = 128
 
 /** Rows of one feed that a reader may see: not acknowledged, not lapsed. */
 const visible = (address: string) => and(
@@ -130,6 +133,25 @@ export function createEventsRepository (db: Db) {
         .where(and(visible(address), gt(events.seq, after)))
         .orderBy(asc(events.seq))
         .limit(limit)
+    },
+
+    /**
+     * list(), cut short once the events returned hold `maxBytes` of data: the events up to the
+     * one that reaches it (always at least one), so one answer's size is bounded however large
+     * the events, and a reader resuming after the last still skips nothing. The sizes are
+     * summed in the database, which sends only the rows kept.
+     */
+    async page (address: string, after: number, limit: number, maxBytes: number): Promise<EventRow[]> {
+      const size = sql<number>`octet_length(${events.data}::text) + ${EVENT_OVERHEAD_BYTES}`
+      const sized = db.select({ ...getTableColumns(events), before: sql<number>`sum(${size}) OVER (ORDER BY ${events.seq}) - ${size}`.as('before') })
+        .from(events)
+        .where(and(visible(address), gt(events.seq, after)))
+        .orderBy(asc(events.seq))
+        .limit(limit)
+        .as('sized')
+      const { before, ...columns } = sized._.selectedFields
+      void before
+      return db.select(columns).from(sized).where(lt(sized.before, maxBytes)).orderBy(asc(sized.seq))
     },
 
     /**

@@ -1,4 +1,4 @@
-import { asc, eq, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
@@ -102,6 +102,24 @@ export function createKeysRepository (db: Db) {
         .from(apiKeys).innerJoin(users, eq(users.address, apiKeys.address))
         .where(eq(apiKeys.id, keyId))
       return row === undefined ? undefined : { ...row.key, userDeactivatedAt: row.userDeactivatedAt }
+    },
+
+    /**
+     * Which of these keys would still authenticate now and may read a feed: not revoked, not
+     * expired (by the database's clock), their user not deactivated, with the read scope. A
+     * key that no longer exists is missing too.
+     */
+    async readable (keyIds: string[]): Promise<Set<string>> {
+      if (keyIds.length === 0) return new Set()
+      const rows = await db.select({ id: apiKeys.id }).from(apiKeys).innerJoin(users, eq(users.address, apiKeys.address))
+        .where(and(
+          inArray(apiKeys.id, keyIds),
+          isNull(apiKeys.revokedAt),
+          or(isNull(apiKeys.expiresAt), gt(apiKeys.expiresAt, sql`now()`)),
+          isNull(users.deactivatedAt),
+          sql`'read' = ANY(${apiKeys.scopes})`
+        ))
+      return new Set(rows.map((r) => r.id))
     },
 
     async count (): Promise<number> {
