@@ -60,20 +60,24 @@ function notifyCalls (addresses: string[]): SQL[] {
  * `recipients` names a relation with an `address` column, one row per event to append. `locked`
  * takes the recipients' user rows in address order (so two writers never deadlock), and `feed`
  * answers, per address, `event_seq` (the feed's last id now) and `n` (ids taken: the new ones
- * are event_seq - n + 1 .. event_seq); an address with no user gets no row. The rows stay
+ * are event_seq - n + 1 .. event_seq); an address with no user, or whose user an operator has
+ * deactivated, gets no row: nothing is written to a deactivated user's feed (a deactivation
+ * that commits first is seen, as the lock waits for it and re-reads the row). The rows stay
  * locked to commit, so a feed's events become visible in id order: a reader following
  * `after = last` cannot miss one that commits late with a smaller id.
  */
 export function takeFeedIds (recipients: SQL): SQL {
   return sql`locked AS (
-      SELECT address FROM users WHERE address IN (SELECT address FROM ${recipients}) ORDER BY address FOR NO KEY UPDATE
+      SELECT address FROM users WHERE address IN (SELECT address FROM ${recipients}) AND deactivated_at IS NULL
+      ORDER BY address FOR NO KEY UPDATE
     ), feed AS (
       -- locked runs to its end first, once (a one-time filter, not a join: the generic plan, which
       -- guesses a few rows, joined the two in a nested loop, quadratic in a group batch's feeds).
       -- The update must touch only rows locked has already taken, in its order: a filter that
       -- refers to the row (IN, EXISTS, a join) lets the two interleave, and writers deadlock.
       UPDATE users SET event_seq = users.event_seq + g.n
-      FROM (SELECT address, count(*) AS n FROM ${recipients} GROUP BY address) AS g
+      -- Only the feeds locked took: a deactivated user's feed does not grow (and its row is not touched).
+      FROM (SELECT address, count(*) AS n FROM ${recipients} WHERE address IN (SELECT address FROM locked) GROUP BY address) AS g
       WHERE users.address = g.address AND (SELECT count(*) FROM locked) >= 0
       RETURNING users.address, users.event_seq, g.n
     )`
@@ -101,21 +105,23 @@ export function createEventsRepository (db: Db) {
     /**
      * Appends events to feeds inside the caller's transaction: their ids, then one statement.
      * Only in a transaction: the feed rows reserve locks are what prove each address a user
-     * until the events commit (events.address has no foreign key; see events.table.ts).
+     * until the events commit (events.address has no foreign key; see events.table.ts). An
+     * event for an address reserve gave no feed (a deactivated user, or none) is dropped.
      */
     async append (newEvents: NewEvent[]): Promise<void> {
       if (newEvents.length === 0) return
       const counts = new Map<string, number>()
       for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
       const next = await this.reserve(counts)
-      const rows = newEvents.map((e) => {
+      const rows = newEvents.flatMap((e) => {
         const seq = next.get(e.address)
-        if (seq === undefined) throw new Error(`no feed for ${e.address}`)
+        if (seq === undefined) return []
         next.set(e.address, seq + 1)
-        return { address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }
+        return [{ address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }]
       })
+      if (rows.length === 0) return
       // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
-      await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...counts.keys()]), sql`, `)}`)
+      await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...next.keys()]), sql`, `)}`)
     },
 
     /**

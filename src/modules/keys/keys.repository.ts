@@ -2,6 +2,7 @@ import { and, asc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
+import { webhooks } from '../webhooks/webhooks.table.js'
 import type { Key } from './keys.schemas.js'
 import { apiKeys, type ApiKeyRow } from './keys.table.js'
 import { DEFAULT_SCOPES, SCOPES, type Scope } from '../../scopes.js'
@@ -126,12 +127,19 @@ export function createKeysRepository (db: Db) {
       return db.$count(apiKeys)
     },
 
+    /**
+     * Revokes a key and, in the same transaction, disables the webhooks it registered (for good:
+     * a revoked key never comes back; its user registers them again with another key).
+     */
     async revoke (keyId: string): Promise<ApiKey> {
-      const [existing] = await db.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
-      if (existing === undefined) throw new NotFound('key', keyId)
-      if (existing.revokedAt !== null) return existing
-      const [row] = await db.update(apiKeys).set({ revokedAt: new Date() }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
-      return row!
+      return db.transaction(async (tx) => {
+        const [existing] = await tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
+        if (existing === undefined) throw new NotFound('key', keyId)
+        if (existing.revokedAt !== null) return existing
+        const [row] = await tx.update(apiKeys).set({ revokedAt: new Date() }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
+        await tx.update(webhooks).set({ disabledAt: sql`now()` }).where(and(eq(webhooks.keyId, keyId), isNull(webhooks.disabledAt)))
+        return row!
+      })
     },
 
     async setDailyQuota (keyId: string, dailyQuota: number | null): Promise<ApiKey> {
