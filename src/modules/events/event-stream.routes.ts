@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import { RateLimited, ValidationFailed } from '../../errors.js'
@@ -26,7 +27,9 @@ const PAGE = 100
 // A wait without notification re-reads the feed anyway after this long (a lost NOTIFY).
 const SAFETY_WAIT_MS = 30_000
 /** A client that takes none of a written page for this long is cut off: what it pins is bounded in time too. */
-export const STALL_MS = 10_000
+const STALL_MS = 10_000
+/** A read refused by a full gate queue is tried again after this long. */
+const QUEUE_FULL_RETRY_MS = 250
 
 const StreamQuery = Type.Object({
   after: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
@@ -98,8 +101,23 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
     })
     res.write(': stream open\n\n')
 
-    // Only onto an empty buffer: a client that is not reading gets nothing more piled up.
-    const heartbeat = setInterval(() => { if (open && res.writableLength === 0) res.write(': heartbeat\n\n') }, heartbeatMs)
+    // Only onto an empty buffer: a client that is not reading gets nothing more piled up, and
+    // one that has left something untaken for STALL_MS (seen at a heartbeat) is cut off, as a
+    // page's wait for drain does.
+    let stalledSince: number | undefined
+    const heartbeat = setInterval(() => {
+      if (!open) return
+      if (res.writableLength === 0) {
+        stalledSince = undefined
+        res.write(': heartbeat\n\n')
+        return
+      }
+      stalledSince ??= Date.now()
+      if (Date.now() - stalledSince >= STALL_MS) {
+        req.log.info({ keyId, buffered: res.writableLength }, 'event stream closed: its client took nothing for STALL_MS')
+        res.destroy()
+      }
+    }, heartbeatMs)
     // Waits for the socket to take what was written, so a slow reader holds one page, not the
     // feed; a reader that takes nothing for STALL_MS is cut off (it resumes with Last-Event-ID).
     // A connection already gone emits neither again: waiting on it would hold this loop, and its
@@ -115,12 +133,27 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
       res.once('close', done)
     })
 
+    // A read takes a place at the key's request gate; a gate whose queue is full (the key's own
+    // backlog) delays the stream rather than ending it. Undefined once the connection is gone.
+    const admitted = async (): Promise<(() => void) | undefined> => {
+      while (open) {
+        try {
+          return await app.admit(req, reply, 'request')
+        } catch (err) {
+          if (!(err instanceof RateLimited)) throw err
+          await sleep(QUEUE_FULL_RETRY_MS)
+        }
+      }
+      return undefined
+    }
+
     try {
       while (open && !bus.closing) {
         // Subscribe before each read, as GET /events does: a commit between read and wait still wakes us.
         const subscription = bus.subscribe(me)
         current = subscription
-        const leave = await app.admit(req, reply, 'request')
+        const leave = await admitted()
+        if (leave === undefined) break
         const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES).finally(leave)
         if (rows.length > 0) {
           subscription.cancel()

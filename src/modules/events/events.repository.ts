@@ -142,22 +142,30 @@ export function createEventsRepository (db: Db) {
     },
 
     /**
-     * list(), cut short once the events returned hold `maxBytes` of data: the events up to the
+     * list(), cut short once the events returned hold `maxBytes` as JSON: the events up to the
      * one that reaches it (always at least one), so one answer's size is bounded however large
-     * the events, and a reader resuming after the last still skips nothing. The sizes are
-     * summed in the database, which sends only the rows kept.
+     * the events, and a reader resuming after the last still skips nothing. The database sends
+     * only the rows kept. Sizes are summed in two passes: first as stored (free to read; for
+     * incompressible data about the size as text, so it stops the scan near the cap), then as
+     * text for what remains. Compressible events pass the first cut and cost their conversion,
+     * as sending them did before; a stored size larger than the text only shortens a page.
      */
     async page (address: string, after: number, limit: number, maxBytes: number): Promise<EventRow[]> {
-      const size = sql<number>`octet_length(${events.data}::text) + ${EVENT_OVERHEAD_BYTES}`
-      const sized = db.select({ ...getTableColumns(events), before: sql<number>`sum(${size}) OVER (ORDER BY ${events.seq}) - ${size}`.as('before') })
+      const stored = sql`pg_column_size(${events.data}) + ${EVENT_OVERHEAD_BYTES}`
+      const candidates = db.select({ ...getTableColumns(events), storedBefore: sql<number>`sum(${stored}) OVER (ORDER BY ${events.seq}) - ${stored}`.as('stored_before') })
         .from(events)
         .where(and(visible(address), gt(events.seq, after)))
         .orderBy(asc(events.seq))
         .limit(limit)
+        .as('candidates')
+      const { storedBefore: _stored, ...columns } = candidates._.selectedFields
+      const text = sql`octet_length(${candidates.data}::text) + ${EVENT_OVERHEAD_BYTES}`
+      const sized = db.select({ ...columns, before: sql<number>`sum(${text}) OVER (ORDER BY ${candidates.seq}) - ${text}`.as('before') })
+        .from(candidates)
+        .where(lt(candidates.storedBefore, maxBytes))
         .as('sized')
-      const { before, ...columns } = sized._.selectedFields
-      void before
-      return db.select(columns).from(sized).where(lt(sized.before, maxBytes)).orderBy(asc(sized.seq))
+      const { before: _before, ...kept } = sized._.selectedFields
+      return db.select(kept).from(sized).where(lt(sized.before, maxBytes)).orderBy(asc(sized.seq))
     },
 
     /**

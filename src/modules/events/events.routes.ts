@@ -53,14 +53,16 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     const limit = req.query.limit ?? 100
     const deadline = Date.now() + (req.query.wait ?? 0) * 1000
     const res = reply.raw
-    // A read takes one of the key's places at the request gate, like any database request; a
-    // read that found something keeps it while the answer is sent (the response's close gives
-    // it back), one that found nothing gives it back before the wait, which holds none.
+    // Each read takes one of the key's places at the request gate, like any database request,
+    // and gives it back once read: the wait holds none, and neither does an answer its client is
+    // slow to take (what that pins is bounded by MAX_ANSWER_BYTES instead).
     const read = async () => {
       const leave = await app.admit(req, reply, 'request')
-      const rows = await events.page(me, after, limit, MAX_ANSWER_BYTES).catch((err: unknown) => { leave(); throw err })
-      if (rows.length === 0) leave()
-      return rows
+      try {
+        return await events.page(me, after, limit, MAX_ANSWER_BYTES)
+      } finally {
+        leave()
+      }
     }
     let rows = await read()
     let waited = false
