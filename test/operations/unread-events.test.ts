@@ -20,7 +20,8 @@ const STALLED_STREAMS = 5
 const MAX_ANSWER_BYTES = 256 * 1024
 // The stream stall cut-off (STALL_MS in event-stream.routes.ts) and a margin.
 const STALL_MS = 10_000
-const RSS_GROWTH_LIMIT_MB = 120
+// Measured: 20-107 MiB (the embedded database's heap grows too), 323 MiB before the caps.
+const RSS_GROWTH_LIMIT_MB = 160
 const CEILING_MS = 1_000
 const ENV = {
   MAX_BODY_CHARS: String(BODY_CHARS),
@@ -44,32 +45,46 @@ function unread (port: number, path: string, authorization: string): Socket {
   return socket
 }
 
-function judge (t: Test, what: string, alone: number, results: { status: number, ms: number }[]): void {
-  const bound = Math.min(Math.max(5 * alone, 250), CEILING_MS)
+/**
+ * The bystander's p99 against `times` its p99 alone (at least `floor`), never above CEILING_MS.
+ * Before the caps: 637 ms (a reader at its rate limit) and 5,617 ms (100 unread connections,
+ * 2 sends in 4 s) on PostgreSQL with 53 ms alone.
+ */
+function judge (t: Test, what: string, alone: number, results: { status: number, ms: number }[], times = 5, floor = 250): void {
+  const bound = Math.min(Math.max(times * alone, floor), CEILING_MS)
   const measured = p99(results.map((r) => r.ms))
   t.comment(`${what}: bystander p99 ${measured.toFixed(0)} ms over ${results.length} sends (alone: ${alone.toFixed(0)} ms)`)
   t.ok(results.length >= 5, `the bystander sent ${results.length} messages meanwhile`)
   t.same([...new Set(results.map((r) => r.status))], [200], 'every bystander send answered 200')
-  t.ok(measured < bound, `${what}: bystander p99 ${measured.toFixed(0)} ms < ${bound.toFixed(0)} ms (5 x alone, at least 250, at most ${CEILING_MS})`)
+  t.ok(measured < bound, `${what}: bystander p99 ${measured.toFixed(0)} ms < ${bound.toFixed(0)} ms (${times} x alone, at least ${floor}, at most ${CEILING_MS})`)
 }
 
 t.test('clients that never read a 6 MB feed, and a key polling it at its rate limit, pin bounded memory and leave a bystander alone', async (t) => {
   const env = { ...await childDatabaseEnv(t), ...ENV }
-  const keys: Record<string, string> = {}
-  for (const name of ['mallory', 'carol', 'bob', 'dave']) {
-    t.equal((await runCliInProcess(['user', 'create', name], env)).code, 0)
-    const key = JSON.parse((await runCliInProcess(['key', 'create', name, '--json'], env)).stdout) as { keyId: string, secret: string }
-    keys[name] = `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
-  }
+  // One admin key from the CLI (before the server: the embedded database is one process's);
+  // the rest over the admin API.
+  t.equal((await runCliInProcess(['user', 'create', 'root'], env)).code, 0)
+  const root = JSON.parse((await runCliInProcess(['key', 'create', 'root', '--scope', 'admin', '--json'], env)).stdout) as { keyId: string, secret: string }
   const server = await startServer(t, env)
   const base = server.url
   const port = Number(new URL(base).port)
   const pid = server.child.pid!
+  const admin = (path: string, payload: unknown) => fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Basic ${Buffer.from(`${root.keyId}:${root.secret}`).toString('base64')}`, 'content-type': 'application/json' },
+    body: JSON.stringify(payload)
+  }).then(async (r) => r.json() as Promise<{ keyId: string, secret: string }>)
+  const keys: Record<string, string> = {}
+  for (const name of ['mallory', 'carol', 'bob', 'dave']) {
+    await admin('/v2/admin/users', { address: name })
+    const key = await admin('/v2/admin/keys', { address: name })
+    keys[name] = `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
+  }
 
   // Mallory's feed: 100 messages of 60,000 characters, 6 MB; random, as sealed content is.
   const body = randomBytes(BODY_CHARS).toString('base64url').slice(0, BODY_CHARS - 10)
-  for (let batch = 0; batch < FEED_MESSAGES / 10; batch++) {
-    const statuses = await Promise.all(Array.from({ length: 10 }, (_, i) => fetch(`${base}/v2/message`, {
+  for (let batch = 0; batch < FEED_MESSAGES / 20; batch++) {
+    const statuses = await Promise.all(Array.from({ length: 20 }, (_, i) => fetch(`${base}/v2/message`, {
       method: 'POST', headers: { authorization: keys.dave!, 'content-type': 'application/json' }, body: JSON.stringify({ recipient: 'mallory', body: `${batch}-${i} ${body}` })
     }).then(async (r) => { await r.arrayBuffer(); return r.status })))
     t.same([...new Set(statuses)], [200])
@@ -111,37 +126,37 @@ t.test('clients that never read a 6 MB feed, and a key polling it at its rate li
     t.same([...new Set(statuses)], [200], 'the reader\'s own answers are 200')
   })
 
-  await t.test(`${UNREAD_POLLS} answers and ${UNREAD_STREAMS} streams never read`, async (t) => {
+  await t.test(`${UNREAD_POLLS} answers and ${UNREAD_STREAMS} streams never read; ${STALLED_STREAMS} more closed after the stall cut-off`, async (t) => {
     const before = rssMb(pid)
+    // Left unread to the end, to see the server close them.
+    const stalledAt = Date.now()
+    const stalled = Array.from({ length: STALLED_STREAMS }, () => unread(port, '/v2/events/stream', keys.mallory!))
     const watch = bystander(base, keys.carol!)
     const polls = Array.from({ length: UNREAD_POLLS }, () => unread(port, '/v2/events?limit=1000', keys.mallory!))
     const opened = Date.now()
     const streams = Array.from({ length: UNREAD_STREAMS }, () => unread(port, '/v2/events/stream', keys.mallory!))
-    t.teardown(() => { for (const s of [...polls, ...streams]) s.destroy() })
+    t.teardown(() => { for (const s of [...stalled, ...polls, ...streams]) s.destroy() })
     let peak = before
     while (Date.now() - opened < 4_000) {
       await sleep(250)
       peak = Math.max(peak, rssMb(pid))
     }
-    judge(t, 'unread answers and streams', alone, await watch.stop())
+    // A looser bound here: 100 connections opened at once each still take what the kernel's
+    // socket buffers accept (about 4 MB a stream on loopback) before they stall, 160 MB read
+    // and sent in these 4 s however small the pages, and the machine has 2 cores.
+    judge(t, 'unread answers and streams', alone, await watch.stop(), 10, 600)
     t.comment(`server RSS ${before.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most after`)
-    t.ok(peak - before < RSS_GROWTH_LIMIT_MB, `the server grew by ${(peak - before).toFixed(0)} MiB < ${RSS_GROWTH_LIMIT_MB} MiB (${UNREAD_POLLS + UNREAD_STREAMS} connections of a 6 MB feed)`)
-
+    t.ok(peak - before < RSS_GROWTH_LIMIT_MB, `the server grew by ${(peak - before).toFixed(0)} MiB < ${RSS_GROWTH_LIMIT_MB} MiB (${UNREAD_POLLS + UNREAD_STREAMS + STALLED_STREAMS} connections of a 6 MB feed)`)
     for (const socket of [...polls, ...streams]) socket.destroy()
-  })
 
-  await t.test(`${STALLED_STREAMS} streams never read are closed by the server after the stall cut-off`, async (t) => {
-    const opened = Date.now()
-    const streams = Array.from({ length: STALLED_STREAMS }, () => unread(port, '/v2/events/stream', keys.mallory!))
-    t.teardown(() => { for (const s of streams) s.destroy() })
     // Read only now: a stream the server closed gives what was left and ends; one still open keeps going.
-    await sleep(opened + STALL_MS + 3_000 - Date.now())
-    const ended = await Promise.all(streams.map((socket) => new Promise<boolean>((resolve) => {
+    await sleep(stalledAt + STALL_MS + 3_000 - Date.now())
+    const ended = await Promise.all(stalled.map((socket) => new Promise<boolean>((resolve) => {
       if (socket.destroyed || socket.readableEnded) return resolve(true)
       const timer = setTimeout(() => resolve(false), 3_000)
       socket.once('close', () => { clearTimeout(timer); resolve(true) })
       socket.resume()
     })))
-    t.equal(ended.filter(Boolean).length, STALLED_STREAMS, 'every stream that was never read has been closed')
+    t.equal(ended.filter(Boolean).length, STALLED_STREAMS, `the ${STALLED_STREAMS} streams never read have been closed by the server`)
   })
 })
