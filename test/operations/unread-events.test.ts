@@ -20,8 +20,9 @@ const STALLED_STREAMS = 5
 const MAX_ANSWER_BYTES = 256 * 1024
 // The stream stall cut-off (STALL_MS in event-stream.routes.ts) and a margin.
 const STALL_MS = 10_000
-// Measured: 20-107 MiB (the embedded database's heap grows too), 323 MiB before the caps.
-const RSS_GROWTH_LIMIT_MB = 160
+// Measured: 20-122 MiB (garbage of the ~4 MB each stream hands the kernel, the embedded
+// database's heap), 323 MiB before the caps.
+const RSS_GROWTH_LIMIT_MB = 200
 const CEILING_MS = 1_000
 const ENV = {
   MAX_BODY_CHARS: String(BODY_CHARS),
@@ -46,9 +47,10 @@ function unread (port: number, path: string, authorization: string): Socket {
 }
 
 /**
- * The bystander's p99 against `times` its p99 alone (at least `floor`), never above CEILING_MS.
- * Before the caps: 637 ms (a reader at its rate limit) and 5,617 ms (100 unread connections,
- * 2 sends in 4 s) on PostgreSQL with 53 ms alone.
+ * The bystander's p99 against `times` its p99 alone (at least `floor`: the machine is shared),
+ * never above CEILING_MS. Before the caps: 637 ms (a reader at its rate limit) and 5,617 ms
+ * (100 unread connections, 2 sends in 4 s) on PostgreSQL with 53 ms alone; after, 94-289 ms
+ * and 200-452 ms.
  */
 function judge (t: Test, what: string, alone: number, results: { status: number, ms: number }[], times = 5, floor = 250): void {
   const bound = Math.min(Math.max(times * alone, floor), CEILING_MS)
@@ -109,6 +111,13 @@ t.test('clients that never read a 6 MB feed, and a key polling it at its rate li
   await sleep(2_000)
   const alone = p99((await warm.stop()).map((r) => r.ms))
 
+  // Left unread to the end, to see the server close them; opened first, so they have filled
+  // their sockets (and stalled) before the load below, which would slow that down.
+  const stalledAt = Date.now()
+  const stalled = Array.from({ length: STALLED_STREAMS }, () => unread(port, '/v2/events/stream', keys.mallory!))
+  t.teardown(() => { for (const s of stalled) s.destroy() })
+  await sleep(1_500)
+
   await t.test('one key reading the whole feed at its rate limit (20 a second)', async (t) => {
     const watch = bystander(base, keys.carol!)
     const statuses: number[] = []
@@ -122,26 +131,23 @@ t.test('clients that never read a 6 MB feed, and a key polling it at its rate li
         await res.arrayBuffer()
       }
     }))
-    judge(t, `${statuses.length} reads of the feed`, alone, await watch.stop())
+    judge(t, `${statuses.length} reads of the feed`, alone, await watch.stop(), 5, 400)
     t.same([...new Set(statuses)], [200], 'the reader\'s own answers are 200')
   })
 
   await t.test(`${UNREAD_POLLS} answers and ${UNREAD_STREAMS} streams never read; ${STALLED_STREAMS} more closed after the stall cut-off`, async (t) => {
     const before = rssMb(pid)
-    // Left unread to the end, to see the server close them.
-    const stalledAt = Date.now()
-    const stalled = Array.from({ length: STALLED_STREAMS }, () => unread(port, '/v2/events/stream', keys.mallory!))
     const watch = bystander(base, keys.carol!)
     const polls = Array.from({ length: UNREAD_POLLS }, () => unread(port, '/v2/events?limit=1000', keys.mallory!))
     const opened = Date.now()
     const streams = Array.from({ length: UNREAD_STREAMS }, () => unread(port, '/v2/events/stream', keys.mallory!))
-    t.teardown(() => { for (const s of [...stalled, ...polls, ...streams]) s.destroy() })
+    t.teardown(() => { for (const s of [...polls, ...streams]) s.destroy() })
     let peak = before
     while (Date.now() - opened < 4_000) {
       await sleep(250)
       peak = Math.max(peak, rssMb(pid))
     }
-    // A looser bound here: 100 connections opened at once each still take what the kernel's
+    // Looser here: 100 connections opened at once each still take what the kernel's
     // socket buffers accept (about 4 MB a stream on loopback) before they stall, 160 MB read
     // and sent in these 4 s however small the pages, and the machine has 2 cores.
     judge(t, 'unread answers and streams', alone, await watch.stop(), 10, 600)
