@@ -1,5 +1,5 @@
 /** An event as GET /v2/events/stream sends it. */
-export interface SseEvent { id: string, event: string, data: { id: string, type: string, data: { message?: { body: string } } } }
+interface SseEvent { id: string, event: string, data: { id: string, type: string, data: { message?: { body: string } } } }
 
 /** Opens a stream and parses it: events as they come, comment lines counted. */
 export async function openStream (url: string, authorization: string, headers: Record<string, string> = {}) {

@@ -19,7 +19,7 @@ const WebhookSchema = Type.Object({
 export type Webhook = Static<typeof WebhookSchema>
 
 /** A webhook as an operator sees it: whose, and which key registered it. */
-export const AdminWebhookSchema = Type.Object({
+const AdminWebhookSchema = Type.Object({
   ...WebhookSchema.properties,
   address: Type.String({ description: 'The user whose feed it delivers' }),
   keyId: Type.Union([Type.String(), Type.Null()], {
