@@ -154,15 +154,12 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
         current = subscription
         const leave = await admitted()
         if (leave === undefined) break
-        const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES).finally(leave)
+        // The read carries the key's check (the same statement), so nothing committed after a
+        // revocation goes out, however fresh the authenticator's cache thought the key; the
+        // key watch then closes the stream.
+        const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES, keyId).finally(leave)
         if (rows.length > 0) {
           subscription.cancel()
-          // The key as the database has it now, after the read: nothing committed after a
-          // revocation goes out, however fresh the authenticator's cache thought the key.
-          if (!await keyWatch.readable(keyId)) {
-            res.destroy()
-            break
-          }
           let chunk = ''
           for (const row of rows) {
             const event = toEvent(row)

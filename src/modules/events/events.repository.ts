@@ -1,6 +1,7 @@
 import { and, asc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
+import { keyMayRead } from '../keys/keys.repository.js'
 import type { Event } from './events.schemas.js'
 import { events, type EventRow } from './events.table.js'
 
@@ -149,12 +150,15 @@ export function createEventsRepository (db: Db) {
      * incompressible data about the size as text, so it stops the scan near the cap), then as
      * text for what remains. Compressible events pass the first cut and cost their conversion,
      * as sending them did before; a stored size larger than the text only shortens a page.
+     * With `keyId`, nothing while that key may not read (revoked, expired, without read, its
+     * user deactivated), decided in the same statement: an event committed after a revocation
+     * is never returned for the revoked key, whatever the key cache believes.
      */
-    async page (address: string, after: number, limit: number, maxBytes: number): Promise<EventRow[]> {
+    async page (address: string, after: number, limit: number, maxBytes: number, keyId?: string): Promise<EventRow[]> {
       const stored = sql`pg_column_size(${events.data}) + ${EVENT_OVERHEAD_BYTES}`
       const candidates = db.select({ ...getTableColumns(events), storedBefore: sql<number>`sum(${stored}) OVER (ORDER BY ${events.seq}) - ${stored}`.as('stored_before') })
         .from(events)
-        .where(and(visible(address), gt(events.seq, after)))
+        .where(and(visible(address), gt(events.seq, after), keyId === undefined ? undefined : keyMayRead(keyId)))
         .orderBy(asc(events.seq))
         .limit(limit)
         .as('candidates')

@@ -59,13 +59,14 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     const read = async () => {
       const leave = await app.admit(req, reply, 'request')
       try {
-        return await events.page(me, after, limit, MAX_ANSWER_BYTES)
+        // Carries the key's check: once it is revoked (or expired, or its user deactivated),
+        // the read finds nothing, and the key watch answers the wait 401.
+        return await events.page(me, after, limit, MAX_ANSWER_BYTES, keyId)
       } finally {
         leave()
       }
     }
     let rows = await read()
-    let waited = false
     // Subscribe before each read, so an event committed between the read and the wait still wakes us.
     while (rows.length === 0 && Date.now() < deadline && !bus.closing && !res.closed) {
       const subscription = bus.subscribe(me)
@@ -101,12 +102,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
       })
       if (refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
       if (!woken || res.closed) break
-      waited = true
       rows = await read()
     }
-    // What the wait brought may have been committed after a revocation that the key cache has
-    // not seen: asked of the database after the read, so nothing committed later is answered.
-    if (waited && rows.length > 0 && !await keyWatch.readable(keyId)) throw new Unauthorized(REFUSED_WHILE_WAITING)
     const list = rows.map(toEvent)
     return { events: list, last: list.at(-1)?.id ?? String(after) }
   })

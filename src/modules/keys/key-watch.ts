@@ -15,16 +15,14 @@ const IDS_PER_QUERY = 1_000
  * Keeps requests that outlive their authentication honest. `watch(keyId, onRefused)` calls
  * `onRefused` once, within KEY_WATCH_MS of the key being revoked, expiring, losing its read
  * scope or its user being deactivated (one query a tick for every key watched in this process).
- * `readable(keyId)` asks the database now: its query starts after the call (calls made together
- * share one), so anything committed before the call, a revocation included, is seen; what was
- * read from a feed before asking was committed before the answer.
+ * Reads of the feed carry the key's check themselves (keyMayRead), so what the watch has not yet
+ * noticed is never sent either.
  */
 export function createKeyWatch (db: Db, intervalMs = KEY_WATCH_MS, onError: (err: unknown) => void = () => {}) {
   const keys = createKeysRepository(db)
   const watchers = new Map<string, Set<() => void>>()
   let timer: NodeJS.Timeout | undefined
   let checking = false
-  let batch: Map<string, { resolve: (ok: boolean) => void, reject: (err: unknown) => void }[]> | undefined
 
   async function readableOf (ids: string[]): Promise<Set<string>> {
     const found = new Set<string>()
@@ -60,17 +58,6 @@ export function createKeyWatch (db: Db, intervalMs = KEY_WATCH_MS, onError: (err
     timer = undefined
   }
 
-  async function runBatch (): Promise<void> {
-    const asked = batch!
-    batch = undefined
-    try {
-      const alive = await readableOf([...asked.keys()])
-      for (const [id, callers] of asked) for (const c of callers) c.resolve(alive.has(id))
-    } catch (err) {
-      for (const callers of asked.values()) for (const c of callers) c.reject(err)
-    }
-  }
-
   return {
     watch (keyId: string, onRefused: () => void): () => void {
       let set = watchers.get(keyId)
@@ -88,18 +75,6 @@ export function createKeyWatch (db: Db, intervalMs = KEY_WATCH_MS, onError: (err
         if (current?.size === 0) watchers.delete(keyId)
         if (watchers.size === 0) stopTimer()
       }
-    },
-
-    readable (keyId: string): Promise<boolean> {
-      return new Promise((resolve, reject) => {
-        if (batch === undefined) {
-          batch = new Map()
-          setImmediate(() => { void runBatch() })
-        }
-        const callers = batch.get(keyId) ?? []
-        callers.push({ resolve, reject })
-        batch.set(keyId, callers)
-      })
     },
 
     /** Keys watched now (metrics, tests). */

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
@@ -48,6 +48,23 @@ const publicColumns = {
   revokedAt: apiKeys.revokedAt,
   expiresAt: apiKeys.expiresAt,
   lastUsedAt: apiKeys.lastUsedAt
+}
+
+/** Over api_keys joined to users: the key authenticates now and has the read scope. */
+const acceptedForReading = and(
+  isNull(apiKeys.revokedAt),
+  or(isNull(apiKeys.expiresAt), gt(apiKeys.expiresAt, sql`now()`)),
+  isNull(users.deactivatedAt),
+  sql`'read' = ANY(${apiKeys.scopes})`
+)
+
+/**
+ * A condition true while key `keyId` may read its feed (readable() for one key), for a read of
+ * the feed to carry: in the same statement, so a snapshot that sees an event committed after a
+ * revocation sees the revocation too.
+ */
+export function keyMayRead (keyId: string): SQL {
+  return sql`EXISTS (SELECT 1 FROM ${apiKeys} INNER JOIN ${users} ON ${users.address} = ${apiKeys.address} WHERE ${apiKeys.id} = ${keyId} AND ${acceptedForReading})`
 }
 
 export function createKeysRepository (db: Db) {
@@ -113,13 +130,7 @@ export function createKeysRepository (db: Db) {
     async readable (keyIds: string[]): Promise<Set<string>> {
       if (keyIds.length === 0) return new Set()
       const rows = await db.select({ id: apiKeys.id }).from(apiKeys).innerJoin(users, eq(users.address, apiKeys.address))
-        .where(and(
-          inArray(apiKeys.id, keyIds),
-          isNull(apiKeys.revokedAt),
-          or(isNull(apiKeys.expiresAt), gt(apiKeys.expiresAt, sql`now()`)),
-          isNull(users.deactivatedAt),
-          sql`'read' = ANY(${apiKeys.scopes})`
-        ))
+        .where(and(inArray(apiKeys.id, keyIds), acceptedForReading))
       return new Set(rows.map((r) => r.id))
     },
 
