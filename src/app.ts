@@ -96,9 +96,9 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     })
     // Long-polls and event streams count against one per-key cap.
     const waitingByKey = new Map<string, number>()
-    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, metrics: app.metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
+    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
     await v2.register(eventStreamRoutes, {
-      db: database.db, bus: app.eventBus, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
+      db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
     })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })

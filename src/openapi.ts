@@ -61,6 +61,8 @@ const OPERATION_IDS: Record<string, string> = {
   'GET /v2/admin/users': 'adminListUsers',
   'GET /v2/admin/users/{user}': 'adminGetUser',
   'POST /v2/admin/users/{user}': 'adminUpdateUser',
+  'GET /v2/admin/users/{user}/webhooks': 'adminListUserWebhooks',
+  'DELETE /v2/admin/users/{user}/webhooks/{id}': 'adminDeleteUserWebhook',
   'POST /v2/admin/keys': 'adminCreateKey',
   'GET /v2/admin/keys': 'adminListKeys',
   'POST /v2/admin/keys/{keyId}': 'adminUpdateKey',

@@ -73,7 +73,7 @@ export type paths = {
         post: operations["adminUpdateKey"];
         /**
          * Revoke a key
-         * @description Refused everywhere within 5 s (at once on this instance).
+         * @description Refused everywhere within 5 s (at once on this instance): its event streams are closed, its waiting long-polls answer 401, and the webhooks it registered are disabled, in the same transaction as the revocation.
          */
         delete: operations["adminRevokeKey"];
         options?: never;
@@ -114,10 +114,50 @@ export type paths = {
         put?: never;
         /**
          * Rename, deactivate or reactivate a user
-         * @description A deactivated user's keys answer 401, a message to it answers 403 naming it deactivated, and group messages skip it; reactivating restores both.
+         * @description A deactivated user's keys answer 401 (its event streams close and waiting long-polls answer 401 within 5 s), a message to it answers 403 naming it deactivated, group messages skip it, nothing is written to its feed and its webhooks deliver nothing; reactivating restores all of it (webhooks resume where they stopped; what happened while it was deactivated never reaches its feed).
          */
         post: operations["adminUpdateUser"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/admin/users/{user}/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a user's webhooks
+         * @description Oldest first, cursor-paged; never their secrets. Each names the key that registered it (keyId) and whether it is disabled: revoking that key disables it; while the key is expired or the user deactivated it delivers nothing.
+         */
+        get: operations["adminListUserWebhooks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/admin/users/{user}/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete one of a user's webhooks
+         * @description The webhook and its delivery log, at once: nothing more is sent to it (a delivery already in flight ends unrecorded). One at a time, as its owner would: list them first. 404 when the user has no such webhook.
+         */
+        delete: operations["adminDeleteUserWebhook"];
         options?: never;
         head?: never;
         patch?: never;
@@ -152,7 +192,7 @@ export type paths = {
         };
         /**
          * Read the caller's events feed
-         * @description Unacknowledged events with id > after, oldest first. With wait, an empty answer is held until an event arrives (from any instance) or wait seconds pass. Following after = last never skips an event. A key may hold MAX_LONG_POLLS_PER_KEY (default 10) waiting requests and event streams at once; past that, 429 RATE_LIMITED.
+         * @description Unacknowledged events with id > after, oldest first: at most limit, and at most 256 KiB of them (at least one event), so an answer shorter than limit may leave more to read. With wait, an empty answer is held until an event arrives (from any instance) or wait seconds pass. Following after = last never skips an event. A key may hold MAX_LONG_POLLS_PER_KEY (default 10) waiting requests and event streams at once; past that, 429 RATE_LIMITED. A wait whose key is revoked or expires, or whose user is deactivated, answers 401 within 5 s, never with events written after.
          */
         get: operations["listEvents"];
         put?: never;
@@ -196,7 +236,7 @@ export type paths = {
         };
         /**
          * Stream the caller's events (Server-Sent Events)
-         * @description text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one as it commits on any instance, as `id:` / `event:` / `data:` (the Event JSON). A comment line is sent at least every 15 s. Acknowledges nothing; counted with the key's long-polls (MAX_LONG_POLLS_PER_KEY).
+         * @description text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one as it commits on any instance, as `id:` / `event:` / `data:` (the Event JSON). A comment line is sent at least every 15 s. Acknowledges nothing; counted with the key's long-polls (MAX_LONG_POLLS_PER_KEY). The connection is closed within 5 s of the key being revoked or expiring, or its user deactivated, and when the client takes nothing for 10 s.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -556,7 +596,7 @@ export type paths = {
         put?: never;
         /**
          * Register a webhook
-         * @description Each event of the caller's feed (of the listed types) is POSTed to the URL, signed with the secret returned here once (X-Parley-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">). In id order, at least once; retried with backoff for 24 h, then disabled. At most 10 per user.
+         * @description Each event of the caller's feed (of the listed types) is POSTed to the URL, signed with the secret returned here once (X-Parley-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">). In id order, at least once; retried with backoff for 24 h, then disabled. At most 10 per user. It belongs to the key that registered it: revoking that key disables it; while the key is expired (or lacks the read scope) or the user is deactivated, nothing is delivered, and delivery resumes where it stopped once they are accepted again.
          */
         post: operations["createWebhook"];
         delete?: never;
@@ -662,6 +702,30 @@ export type components = {
             /** @description A name for people, if set */
             displayName: string | null;
         };
+        /** AdminWebhook */
+        AdminWebhook: {
+            /** @description The user whose feed it delivers */
+            address: string;
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            createdAt: string;
+            /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
+            disabledAt: string | (never | null);
+            /** @description Event types to deliver; omitted or null for every type */
+            events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            /** @description A webhook id (whk_…) */
+            id: string;
+            /** @description The key that registered it: it delivers only while that key is accepted. Null for a webhook registered before keys were recorded, which delivers while any read key of its user is accepted */
+            keyId: string | null;
+            url: string;
+        };
+        /** AdminWebhookList */
+        AdminWebhookList: {
+            nextCursor: string | null;
+            webhooks: components["schemas"]["AdminWebhook"][];
+        };
         /** Conversation */
         Conversation: {
             lastMessage: components["schemas"]["Message"];
@@ -710,7 +774,7 @@ export type components = {
              * @description ISO 8601 UTC with milliseconds
              */
             createdAt: string;
-            /** @description Set when deliveries kept failing for 24 h; null while active */
+            /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
@@ -1098,7 +1162,7 @@ export type components = {
              * @description ISO 8601 UTC with milliseconds
              */
             createdAt: string;
-            /** @description Set when deliveries kept failing for 24 h; null while active */
+            /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
@@ -2057,6 +2121,224 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["AdminUser"];
                 };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    adminListUserWebhooks: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page */
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminWebhookList"];
+                };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    adminDeleteUserWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook id (whk_…) */
+                id: string;
+                /** @description A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No content */
+            204: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Every error answer */
             400: {

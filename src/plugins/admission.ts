@@ -21,6 +21,14 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     admission?: Admission
   }
+  interface FastifyInstance {
+    /**
+     * For a route admitted `none` that works only part of the time (a long-poll reads, waits,
+     * reads): waits for a place at the gate and resolves with the way to give it back, which the
+     * response's close also does. Throws 429 like the gates' own hook.
+     */
+    admit(req: FastifyRequest, reply: FastifyReply, kind: Exclude<Admission, 'none'>): Promise<() => void>
+  }
 }
 
 export interface AdmissionOptions {
@@ -83,14 +91,18 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
    */
   async function pass (req: FastifyRequest, reply: FastifyReply, gate: FairGate): Promise<() => void> {
     let leave: () => void
+    let abandon: (() => void) | undefined
     try {
       // The response's close: the client went away (the request's own close fires as soon as
       // its body is read, so it cannot tell).
-      leave = await gate.enter(principalOf(req).keyId, (cancel) => reply.raw.once('close', cancel))
+      leave = await gate.enter(principalOf(req).keyId, (cancel) => { abandon = cancel; reply.raw.once('close', cancel) })
     } catch (err) {
       if (err instanceof QueueFull) throw new RateLimited()
       if (err instanceof Abandoned) throw new RateLimited(ABANDONED)
       throw err
+    } finally {
+      // Taken off once settled: a long-poll passes several times and must not pile up listeners.
+      if (abandon !== undefined) reply.raw.off('close', abandon)
     }
     // A hang-up is seen only once the event loop reads the socket: on PGlite, whose queries run
     // on the loop's own thread, hang-ups pile up unread behind one long statement. Two turns of
@@ -107,6 +119,10 @@ export const admissionPlugin = fp(async (app: FastifyInstance, opts: AdmissionOp
   // Places taken before the handler (an upload's, before its body is read), and whether the
   // handler has started: then the place is the handler's to give back, however the client goes.
   const uploads = new WeakMap<FastifyRequest, { leave: () => void, handled: boolean }>()
+
+  // For routes admitted `none` that work only part of the time (long-polls, streams): each
+  // read passes the gate like a request and gives its place back when done.
+  app.decorate('admit', async (req: FastifyRequest, reply: FastifyReply, kind: Exclude<Admission, 'none'>) => pass(req, reply, gates[kind]))
 
   // Uploads queue before their bytes are read, so a key's many large sends do not all stream at once.
   app.addHook('preParsing', async (req, reply) => {

@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { sql } from 'drizzle-orm'
 import t, { type Test } from 'tap'
-import { fromAbuser, p99 } from '../support/abuse.js'
+import { fromAbuser } from '../support/abuse.js'
+import { bystander, p99 } from '../support/bystander.js'
 import { usingPostgres } from '../support/databases.js'
 import { build } from '../helper.js'
 
@@ -13,35 +13,6 @@ import { build } from '../helper.js'
 const skip = usingPostgres() ? false : 'PostgreSQL only: the embedded database is one connection shared by every request'
 const BOUND_MS = 250
 const ENV = { RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' }
-
-/**
- * Sends bob (or `recipient`) a message again and again until stop(); each answer's status and latency. With
- * everyMs, one send starts at most that often (to stay inside the default rate limit).
- */
-function bystander (base: string, authorization: string, everyMs = 0, recipient = 'bob') {
-  const results: { status: number, ms: number }[] = []
-  let running = true
-  let lastStart = 0
-  const loop = (async () => {
-    while (running) {
-      const started = performance.now()
-      if (everyMs > 0 && results.length > 0) await sleep(everyMs - (started - lastStart))
-      lastStart = performance.now()
-      const res = await fetch(`${base}/v2/message`, {
-        method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify({ recipient, body: 'still here' })
-      })
-      await res.arrayBuffer()
-      results.push({ status: res.status, ms: performance.now() - lastStart })
-    }
-  })()
-  return {
-    async stop () {
-      running = false
-      await loop
-      return results
-    }
-  }
-}
 
 async function setUp (t: Parameters<typeof build>[0], env: Record<string, string> = ENV) {
   const built = await build(t, { env })

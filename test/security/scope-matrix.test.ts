@@ -41,6 +41,8 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'GET /v2/admin/users': 'admin',
   'GET /v2/admin/users/{user}': 'admin',
   'POST /v2/admin/users/{user}': 'admin',
+  'GET /v2/admin/users/{user}/webhooks': 'admin',
+  'DELETE /v2/admin/users/{user}/webhooks/{id}': 'admin',
   'POST /v2/admin/keys': 'admin',
   'GET /v2/admin/keys': 'admin',
   'POST /v2/admin/keys/{keyId}': 'admin',
@@ -75,7 +77,7 @@ t.test('every /v2 route × {read, send, admin, expired key, deactivated user}', 
     Object.keys(methods).map((method) => `${method.toUpperCase()} ${path}`)).filter((r) => r.includes(' /v2/'))
   t.same(routes.filter((r) => NEEDS[r] === undefined), [], 'every route documented in OpenAPI has its scope in this table')
 
-  const values: Record<string, string> = { user: 'bob', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiring.keyId }
+  const values: Record<string, string> = { user: 'bob', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiring.keyId, id: `whk_${'0'.repeat(26)}` }
   for (const route of routes.filter((r) => NEEDS[r] !== undefined)) {
     const [method, template] = route.split(' ') as ['GET' | 'POST' | 'DELETE', string]
     const url = template.replace(/\{(\w+)\}/g, (_, name: string) => values[name]!)

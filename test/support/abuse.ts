@@ -1,8 +1,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 
-/** The 99th percentile of `values` (0 for none). */
-export const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1] ?? 0
+export { p99 } from './bystander.js'
 
 /**
  * Runs an abuser's client: `script` (CommonJS, its arguments from process.argv[1] on) in a child

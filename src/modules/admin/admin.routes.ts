@@ -9,6 +9,8 @@ import { createKeysRepository, toKey } from '../keys/keys.repository.js'
 import { isKeyId, KeySchema } from '../keys/keys.schemas.js'
 import { createUsersRepository, toAdminUser } from '../users/users.repository.js'
 import { AdminUserSchema } from '../users/users.schemas.js'
+import { createWebhooksRepository, toAdminWebhook } from '../webhooks/webhooks.repository.js'
+import { AdminWebhookList, AdminWebhookParams, AdminWebhooksParams, AdminWebhooksQuery } from '../webhooks/webhooks.schemas.js'
 import {
   AdminUserParams, CreatedKeySchema, CreateKeyBody, CreateUserBody, KeyList, KeyParams, ListKeysQuery, ListUsersQuery,
   UpdateKeyBody, UpdateUserBody, UserList
@@ -39,6 +41,7 @@ function future (text: string | undefined | null, field: string): Date | null | 
 export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Authenticator }> = async (app, { db, authenticator }) => {
   const users = createUsersRepository(db)
   const keys = createKeysRepository(db)
+  const webhooks = createWebhooksRepository(db)
   const tags = ['admin']
 
   app.post('/admin/users', {
@@ -81,8 +84,10 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     schema: {
       tags,
       summary: 'Rename, deactivate or reactivate a user',
-      description: 'A deactivated user\'s keys answer 401, a message to it answers 403 naming it deactivated, and group ' +
-        'messages skip it; reactivating restores both.',
+      description: 'A deactivated user\'s keys answer 401 (its event streams close and waiting long-polls answer 401 within ' +
+        '5 s), a message to it answers 403 naming it deactivated, group messages skip it, nothing is written to its feed and its ' +
+        'webhooks deliver nothing; reactivating restores all of it (webhooks resume where they stopped; what happened while it was ' +
+        'deactivated never reaches its feed).',
       params: AdminUserParams,
       body: UpdateUserBody,
       response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) }
@@ -92,6 +97,41 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
     authenticator.clear()
     return toAdminUser(row)
+  })
+
+  app.get('/admin/users/:user/webhooks', {
+    schema: {
+      tags,
+      summary: 'List a user\'s webhooks',
+      description: 'Oldest first, cursor-paged; never their secrets. Each names the key that registered it (keyId) and ' +
+        'whether it is disabled: revoking that key disables it; while the key is expired or the user deactivated it delivers nothing.',
+      params: AdminWebhooksParams,
+      querystring: AdminWebhooksQuery,
+      response: { 200: AdminWebhookList, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req) => {
+    const address = normalizeAddress(req.params.user)
+    if (await users.find(address) === undefined) throw new NotFound('user', address)
+    const limit = req.query.limit ?? 50
+    const rows = await webhooks.page(address, req.query.cursor, limit + 1)
+    const page = rows.slice(0, limit)
+    return { webhooks: page.map(toAdminWebhook), nextCursor: rows.length > limit ? page.at(-1)!.id : null }
+  })
+
+  app.delete('/admin/users/:user/webhooks/:id', {
+    schema: {
+      tags,
+      summary: 'Delete one of a user\'s webhooks',
+      description: 'The webhook and its delivery log, at once: nothing more is sent to it (a delivery already in flight ends unrecorded). ' +
+        'One at a time, as its owner would: list them first. 404 when the user has no such webhook.',
+      params: AdminWebhookParams,
+      response: { 204: NoContent, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req, reply) => {
+    const address = normalizeAddress(req.params.user)
+    if (await users.find(address) === undefined) throw new NotFound('user', address)
+    if (!await webhooks.remove(address, req.params.id)) throw new NotFound('webhook', req.params.id)
+    return reply.code(204).send()
   })
 
   app.post('/admin/keys', {
@@ -155,7 +195,8 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     schema: {
       tags,
       summary: 'Revoke a key',
-      description: 'Refused everywhere within 5 s (at once on this instance).',
+      description: 'Refused everywhere within 5 s (at once on this instance): its event streams are closed, its waiting ' +
+        'long-polls answer 401, and the webhooks it registered are disabled, in the same transaction as the revocation.',
       params: KeyParams,
       response: { 204: NoContent, ...errorResponses(...ADMIN_ERRORS, 404) }
     }

@@ -74,6 +74,10 @@ export function createEventBus (database: Database) {
     subscribe (address: string): Subscription {
       let settle: ((woken: boolean) => void) | undefined
       let woken = closing
+      // Cancelled (the client went away): a wait from here on ends at once. A wait begun after
+      // its cancel used to run its whole course, so a closed stream kept its per-key place for
+      // the stream's 30 s safety wait.
+      let cancelled = false
       let timer: NodeJS.Timeout | undefined
       const notify = () => {
         woken = true
@@ -93,11 +97,12 @@ export function createEventBus (database: Database) {
       return {
         // A wait in progress ends (not woken) rather than hanging forever.
         cancel: () => {
+          cancelled = true
           detach()
           settle?.(false)
         },
         wait: (ms) => new Promise<boolean>((resolve) => {
-          if (woken || ms <= 0) {
+          if (woken || cancelled || ms <= 0) {
             detach()
             resolve(woken)
             return

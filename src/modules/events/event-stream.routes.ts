@@ -1,15 +1,19 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import { RateLimited, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
+import type { KeyWatch } from '../keys/key-watch.js'
 import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
+import { MAX_ANSWER_BYTES } from './events.routes.js'
 
 export interface EventStreamRoutesOptions {
   db: Db
   bus: EventBus
+  keyWatch: KeyWatch
   /** Streams and long-polls one API key may hold at once: shared with GET /events. */
   maxWaitingPerKey: number
   waitingByKey: Map<string, number>
@@ -17,16 +21,21 @@ export interface EventStreamRoutesOptions {
 }
 
 const EVENT_ID = /^[0-9]{1,15}$/
-// One read at most this many events: a stream's memory is bounded by a page plus the socket buffer.
+// One read at most this many events, and at most MAX_ANSWER_BYTES of them: a stream's memory is
+// bounded by a page plus the socket buffer.
 const PAGE = 100
 // A wait without notification re-reads the feed anyway after this long (a lost NOTIFY).
 const SAFETY_WAIT_MS = 30_000
+/** A client that takes none of a written page for this long is cut off: what it pins is bounded in time too. */
+const STALL_MS = 10_000
+/** A read refused by a full gate queue is tried again after this long. */
+const QUEUE_FULL_RETRY_MS = 250
 
 const StreamQuery = Type.Object({
   after: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
 })
 
-export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, maxWaitingPerKey, waitingByKey, heartbeatMs }) => {
+export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, keyWatch, maxWaitingPerKey, waitingByKey, heartbeatMs }) => {
   const events = createEventsRepository(db)
 
   app.get('/events/stream', {
@@ -36,7 +45,8 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
       summary: 'Stream the caller\'s events (Server-Sent Events)',
       description: 'text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one ' +
         'as it commits on any instance, as `id:` / `event:` / `data:` (the Event JSON). A comment line is sent at least every ' +
-        '15 s. Acknowledges nothing; counted with the key\'s long-polls (MAX_LONG_POLLS_PER_KEY).',
+        '15 s. Acknowledges nothing; counted with the key\'s long-polls (MAX_LONG_POLLS_PER_KEY). The connection is closed ' +
+        'within 5 s of the key being revoked or expiring, or its user deactivated, and when the client takes nothing for 10 s.',
       querystring: StreamQuery,
       response: {
         200: Type.String({ description: 'An endless text/event-stream' }),
@@ -53,9 +63,36 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
     const held = waitingByKey.get(keyId) ?? 0
     if (held >= maxWaitingPerKey) throw new RateLimited()
     waitingByKey.set(keyId, held + 1)
+    let counted = true
+    // The per-key place is given back the moment the connection closes, not when the loop
+    // notices: a client reconnecting at once must find it free.
+    const uncount = () => {
+      if (!counted) return
+      counted = false
+      const left = (waitingByKey.get(keyId) ?? 1) - 1
+      if (left <= 0) waitingByKey.delete(keyId)
+      else waitingByKey.set(keyId, left)
+    }
 
     reply.hijack()
     const res = reply.raw
+    let open = true
+    let current: { cancel(): void } | undefined
+    const closed = () => {
+      open = false
+      current?.cancel()
+      uncount()
+    }
+    res.once('close', closed)
+    // Gone before the stream began: its close has already been and will not come again.
+    if (res.destroyed || req.raw.socket.destroyed) closed()
+    // A key revoked, expired or stripped of read, or its user deactivated, ends the stream
+    // within KEY_WATCH_MS on any instance: the connection is closed, what it had not yet taken dropped.
+    const unwatch = keyWatch.watch(keyId, () => {
+      req.log.info({ keyId }, 'event stream closed: its key is no longer accepted')
+      res.destroy()
+    })
+
     res.writeHead(200, {
       ...(reply.getHeaders() as Record<string, string>),
       'content-type': 'text/event-stream; charset=utf-8',
@@ -64,29 +101,63 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
     })
     res.write(': stream open\n\n')
 
-    let open = true
-    let current: { cancel(): void } | undefined
-    res.once('close', () => {
-      open = false
-      current?.cancel()
-    })
-    const heartbeat = setInterval(() => { if (open) res.write(': heartbeat\n\n') }, heartbeatMs)
-    // Waits for the socket to take what was written, so a slow reader holds one page, not the feed.
+    // Only onto an empty buffer: a client that is not reading gets nothing more piled up, and
+    // one that has left something untaken for STALL_MS (seen at a heartbeat) is cut off, as a
+    // page's wait for drain does.
+    let stalledSince: number | undefined
+    const heartbeat = setInterval(() => {
+      if (!open) return
+      if (res.writableLength === 0) {
+        stalledSince = undefined
+        res.write(': heartbeat\n\n')
+        return
+      }
+      stalledSince ??= Date.now()
+      if (Date.now() - stalledSince >= STALL_MS) {
+        req.log.info({ keyId, buffered: res.writableLength }, 'event stream closed: its client took nothing for STALL_MS')
+        res.destroy()
+      }
+    }, heartbeatMs)
+    // Waits for the socket to take what was written, so a slow reader holds one page, not the
+    // feed; a reader that takes nothing for STALL_MS is cut off (it resumes with Last-Event-ID).
     // A connection already gone emits neither again: waiting on it would hold this loop, and its
     // heartbeat timer, for ever (it kept a test process alive until tap's 300 s timeout).
     const drained = () => new Promise<void>((resolve) => {
       if (!open || res.destroyed || res.writableEnded) return resolve()
-      const done = () => { res.off('drain', done); res.off('close', done); resolve() }
+      const stalled = setTimeout(() => {
+        req.log.info({ keyId, buffered: res.writableLength }, 'event stream closed: its client took nothing for STALL_MS')
+        res.destroy()
+      }, STALL_MS)
+      const done = () => { clearTimeout(stalled); res.off('drain', done); res.off('close', done); resolve() }
       res.once('drain', done)
       res.once('close', done)
     })
+
+    // A read takes a place at the key's request gate; a gate whose queue is full (the key's own
+    // backlog) delays the stream rather than ending it. Undefined once the connection is gone.
+    const admitted = async (): Promise<(() => void) | undefined> => {
+      while (open) {
+        try {
+          return await app.admit(req, reply, 'request')
+        } catch (err) {
+          if (!(err instanceof RateLimited)) throw err
+          await sleep(QUEUE_FULL_RETRY_MS)
+        }
+      }
+      return undefined
+    }
 
     try {
       while (open && !bus.closing) {
         // Subscribe before each read, as GET /events does: a commit between read and wait still wakes us.
         const subscription = bus.subscribe(me)
         current = subscription
-        const rows = await events.list(me, after, PAGE)
+        const leave = await admitted()
+        if (leave === undefined) break
+        // The read carries the key's check (the same statement), so nothing committed after a
+        // revocation goes out, however fresh the authenticator's cache thought the key; the
+        // key watch then closes the stream.
+        const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES, keyId).finally(leave)
         if (rows.length > 0) {
           subscription.cancel()
           let chunk = ''
@@ -95,9 +166,10 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
             chunk += `id: ${event.id}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
           }
           after = rows.at(-1)!.seq
-          if (!res.write(chunk)) await drained()
+          if (open && !res.write(chunk)) await drained()
           continue
         }
+        if (!open) break
         await subscription.wait(SAFETY_WAIT_MS)
         subscription.cancel()
       }
@@ -106,9 +178,8 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
       req.log.warn({ err: { message: (err as Error).message } }, 'event stream ended by an error')
     } finally {
       clearInterval(heartbeat)
-      const left = (waitingByKey.get(keyId) ?? 1) - 1
-      if (left <= 0) waitingByKey.delete(keyId)
-      else waitingByKey.set(keyId, left)
+      unwatch()
+      uncount()
       // On shutdown the connection goes too, so it does not hold the server open.
       if (bus.closing) res.shouldKeepAlive = false
       res.end()

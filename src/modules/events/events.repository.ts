@@ -1,6 +1,7 @@
-import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type SQL } from 'drizzle-orm'
+import { and, asc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
+import { keyMayRead } from '../keys/keys.repository.js'
 import type { Event } from './events.schemas.js'
 import { events, type EventRow } from './events.table.js'
 
@@ -31,6 +32,9 @@ export function toEvent (row: EventRow): Event {
   return { id: String(row.seq), type: row.type, createdAt: row.createdAt.toISOString(), data: row.data }
 }
 
+/** What an event costs in an answer besides its data: id, type, times, and the JSON around them. */
+const EVENT_OVERHEAD_BYTES = 128
+
 /** Rows of one feed that a reader may see: not acknowledged, not lapsed. */
 const visible = (address: string) => and(
   eq(events.address, address),
@@ -57,20 +61,24 @@ function notifyCalls (addresses: string[]): SQL[] {
  * `recipients` names a relation with an `address` column, one row per event to append. `locked`
  * takes the recipients' user rows in address order (so two writers never deadlock), and `feed`
  * answers, per address, `event_seq` (the feed's last id now) and `n` (ids taken: the new ones
- * are event_seq - n + 1 .. event_seq); an address with no user gets no row. The rows stay
+ * are event_seq - n + 1 .. event_seq); an address with no user, or whose user an operator has
+ * deactivated, gets no row: nothing is written to a deactivated user's feed (a deactivation
+ * that commits first is seen, as the lock waits for it and re-reads the row). The rows stay
  * locked to commit, so a feed's events become visible in id order: a reader following
  * `after = last` cannot miss one that commits late with a smaller id.
  */
 export function takeFeedIds (recipients: SQL): SQL {
   return sql`locked AS (
-      SELECT address FROM users WHERE address IN (SELECT address FROM ${recipients}) ORDER BY address FOR NO KEY UPDATE
+      SELECT address FROM users WHERE address IN (SELECT address FROM ${recipients}) AND deactivated_at IS NULL
+      ORDER BY address FOR NO KEY UPDATE
     ), feed AS (
       -- locked runs to its end first, once (a one-time filter, not a join: the generic plan, which
       -- guesses a few rows, joined the two in a nested loop, quadratic in a group batch's feeds).
       -- The update must touch only rows locked has already taken, in its order: a filter that
       -- refers to the row (IN, EXISTS, a join) lets the two interleave, and writers deadlock.
       UPDATE users SET event_seq = users.event_seq + g.n
-      FROM (SELECT address, count(*) AS n FROM ${recipients} GROUP BY address) AS g
+      -- Only the feeds locked took: a deactivated user's feed does not grow (and its row is not touched).
+      FROM (SELECT address, count(*) AS n FROM ${recipients} WHERE address IN (SELECT address FROM locked) GROUP BY address) AS g
       WHERE users.address = g.address AND (SELECT count(*) FROM locked) >= 0
       RETURNING users.address, users.event_seq, g.n
     )`
@@ -98,21 +106,23 @@ export function createEventsRepository (db: Db) {
     /**
      * Appends events to feeds inside the caller's transaction: their ids, then one statement.
      * Only in a transaction: the feed rows reserve locks are what prove each address a user
-     * until the events commit (events.address has no foreign key; see events.table.ts).
+     * until the events commit (events.address has no foreign key; see events.table.ts). An
+     * event for an address reserve gave no feed (a deactivated user, or none) is dropped.
      */
     async append (newEvents: NewEvent[]): Promise<void> {
       if (newEvents.length === 0) return
       const counts = new Map<string, number>()
       for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
       const next = await this.reserve(counts)
-      const rows = newEvents.map((e) => {
+      const rows = newEvents.flatMap((e) => {
         const seq = next.get(e.address)
-        if (seq === undefined) throw new Error(`no feed for ${e.address}`)
+        if (seq === undefined) return []
         next.set(e.address, seq + 1)
-        return { address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }
+        return [{ address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }]
       })
+      if (rows.length === 0) return
       // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.
-      await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...counts.keys()]), sql`, `)}`)
+      await db.execute(sql`WITH appended AS ${db.insert(events).values(rows)} SELECT ${sql.join(notifyCalls([...next.keys()]), sql`, `)}`)
     },
 
     /**
@@ -130,6 +140,36 @@ export function createEventsRepository (db: Db) {
         .where(and(visible(address), gt(events.seq, after)))
         .orderBy(asc(events.seq))
         .limit(limit)
+    },
+
+    /**
+     * list(), cut short once the events returned hold `maxBytes` as JSON: the events up to the
+     * one that reaches it (always at least one), so one answer's size is bounded however large
+     * the events, and a reader resuming after the last still skips nothing. The database sends
+     * only the rows kept. Sizes are summed in two passes: first as stored (free to read; for
+     * incompressible data about the size as text, so it stops the scan near the cap), then as
+     * text for what remains. Compressible events pass the first cut and cost their conversion,
+     * as sending them did before; a stored size larger than the text only shortens a page.
+     * With `keyId`, nothing while that key may not read (revoked, expired, without read, its
+     * user deactivated), decided in the same statement: an event committed after a revocation
+     * is never returned for the revoked key, whatever the key cache believes.
+     */
+    async page (address: string, after: number, limit: number, maxBytes: number, keyId?: string): Promise<EventRow[]> {
+      const stored = sql`pg_column_size(${events.data}) + ${EVENT_OVERHEAD_BYTES}`
+      const candidates = db.select({ ...getTableColumns(events), storedBefore: sql<number>`sum(${stored}) OVER (ORDER BY ${events.seq}) - ${stored}`.as('stored_before') })
+        .from(events)
+        .where(and(visible(address), gt(events.seq, after), keyId === undefined ? undefined : keyMayRead(keyId)))
+        .orderBy(asc(events.seq))
+        .limit(limit)
+        .as('candidates')
+      const { storedBefore: _stored, ...columns } = candidates._.selectedFields
+      const text = sql`octet_length(${candidates.data}::text) + ${EVENT_OVERHEAD_BYTES}`
+      const sized = db.select({ ...columns, before: sql<number>`sum(${text}) OVER (ORDER BY ${candidates.seq}) - ${text}`.as('before') })
+        .from(candidates)
+        .where(lt(candidates.storedBefore, maxBytes))
+        .as('sized')
+      const { before: _before, ...kept } = sized._.selectedFields
+      return db.select(kept).from(sized).where(lt(sized.before, maxBytes)).orderBy(asc(sized.seq))
     },
 
     /**

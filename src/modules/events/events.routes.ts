@@ -1,16 +1,27 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import type { Metrics } from '../../metrics.js'
-import { RateLimited, ValidationFailed } from '../../errors.js'
+import { RateLimited, Unauthorized, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
+import type { KeyWatch } from '../keys/key-watch.js'
 import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
+/**
+ * The most one answer of GET /events or one page of an event stream holds: fewer events when
+ * they are large (at least one), `last` saying where to resume. What a client that does not
+ * read keeps the server holding per connection (docs/security.md).
+ */
+export const MAX_ANSWER_BYTES = 256 * 1024
+
+const REFUSED_WHILE_WAITING = 'This API key was revoked or expired, lost its read scope, or its user was deactivated, while the request waited'
+
 export interface EventsRoutesOptions {
   db: Db
   bus: EventBus
+  keyWatch: KeyWatch
   metrics: Metrics
   /** Long-polls one API key may hold waiting at once in this process. */
   maxWaitingPerKey: number
@@ -18,7 +29,7 @@ export interface EventsRoutesOptions {
   waitingByKey?: Map<string, number>
 }
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, metrics, maxWaitingPerKey, waitingByKey = new Map<string, number>() }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, keyWatch, metrics, maxWaitingPerKey, waitingByKey = new Map<string, number>() }) => {
   const events = createEventsRepository(db)
   let waiting = 0
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
@@ -28,22 +39,38 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     schema: {
       tags: ['events'],
       summary: 'Read the caller\'s events feed',
-      description: 'Unacknowledged events with id > after, oldest first. With wait, an empty answer is held until an event ' +
+      description: 'Unacknowledged events with id > after, oldest first: at most limit, and at most 256 KiB of them (at least one ' +
+        'event), so an answer shorter than limit may leave more to read. With wait, an empty answer is held until an event ' +
         'arrives (from any instance) or wait seconds pass. Following after = last never skips an event. A key may hold ' +
-        'MAX_LONG_POLLS_PER_KEY (default 10) waiting requests and event streams at once; past that, 429 RATE_LIMITED.',
+        'MAX_LONG_POLLS_PER_KEY (default 10) waiting requests and event streams at once; past that, 429 RATE_LIMITED. A wait ' +
+        'whose key is revoked or expires, or whose user is deactivated, answers 401 within 5 s, never with events written after.',
       querystring: ListEventsQuery,
       response: { 200: EventList, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
-  }, async (req) => {
+  }, async (req, reply) => {
     const { address: me, keyId } = principalOf(req)
     const after = Number(req.query.after ?? '0')
     const limit = req.query.limit ?? 100
     const deadline = Date.now() + (req.query.wait ?? 0) * 1000
-    let rows = await events.list(me, after, limit)
+    const res = reply.raw
+    // Each read takes one of the key's places at the request gate, like any database request,
+    // and gives it back once read: the wait holds none, and neither does an answer its client is
+    // slow to take (what that pins is bounded by MAX_ANSWER_BYTES instead).
+    const read = async () => {
+      const leave = await app.admit(req, reply, 'request')
+      try {
+        // Carries the key's check: once it is revoked (or expired, or its user deactivated),
+        // the read finds nothing, and the key watch answers the wait 401.
+        return await events.page(me, after, limit, MAX_ANSWER_BYTES, keyId)
+      } finally {
+        leave()
+      }
+    }
+    let rows = await read()
     // Subscribe before each read, so an event committed between the read and the wait still wakes us.
-    while (rows.length === 0 && Date.now() < deadline && !bus.closing) {
+    while (rows.length === 0 && Date.now() < deadline && !bus.closing && !res.closed) {
       const subscription = bus.subscribe(me)
-      rows = await events.list(me, after, limit)
+      rows = await read()
       if (rows.length > 0) {
         subscription.cancel()
         break
@@ -55,18 +82,27 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
         // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
         throw new RateLimited()
       }
-      const gone = new Promise<boolean>((resolve) => req.raw.once('close', () => resolve(false)))
+      // The client going away, or the key being revoked, expiring or its user deactivated
+      // (noticed within KEY_WATCH_MS on any instance), ends the wait at once, and with it
+      // the per-key place: the response's close, not the request's, which fires once its
+      // (empty) body is read.
+      let refused = false
+      const unwatch = keyWatch.watch(keyId, () => { refused = true; subscription.cancel() })
+      const gone = () => subscription.cancel()
+      res.once('close', gone)
       waiting++
       waitingByKey.set(keyId, held + 1)
-      const woken = await Promise.race([subscription.wait(deadline - Date.now()), gone]).finally(() => {
+      const woken = await subscription.wait(deadline - Date.now()).finally(() => {
         waiting--
+        unwatch()
+        res.off('close', gone)
         const left = (waitingByKey.get(keyId) ?? 1) - 1
         if (left === 0) waitingByKey.delete(keyId)
         else waitingByKey.set(keyId, left)
       })
-      subscription.cancel()
-      if (!woken || req.raw.destroyed) break
-      rows = await events.list(me, after, limit)
+      if (refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
+      if (!woken || res.closed) break
+      rows = await read()
     }
     const list = rows.map(toEvent)
     return { events: list, last: list.at(-1)?.id ?? String(after) }

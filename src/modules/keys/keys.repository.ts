@@ -1,8 +1,9 @@
-import { and, asc, eq, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm'
 import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
+import { webhooks } from '../webhooks/webhooks.table.js'
 import type { Key } from './keys.schemas.js'
 import { apiKeys, type ApiKeyRow } from './keys.table.js'
 import { DEFAULT_SCOPES, SCOPES, type Scope } from '../../scopes.js'
@@ -48,6 +49,23 @@ const publicColumns = {
   revokedAt: apiKeys.revokedAt,
   expiresAt: apiKeys.expiresAt,
   lastUsedAt: apiKeys.lastUsedAt
+}
+
+/** Over api_keys joined to users: the key authenticates now and has the read scope. */
+const acceptedForReading = and(
+  isNull(apiKeys.revokedAt),
+  or(isNull(apiKeys.expiresAt), gt(apiKeys.expiresAt, sql`now()`)),
+  isNull(users.deactivatedAt),
+  sql`'read' = ANY(${apiKeys.scopes})`
+)
+
+/**
+ * A condition true while key `keyId` may read its feed (readable() for one key), for a read of
+ * the feed to carry: in the same statement, so a snapshot that sees an event committed after a
+ * revocation sees the revocation too.
+ */
+export function keyMayRead (keyId: string): SQL {
+  return sql`EXISTS (SELECT 1 FROM ${apiKeys} INNER JOIN ${users} ON ${users.address} = ${apiKeys.address} WHERE ${apiKeys.id} = ${keyId} AND ${acceptedForReading})`
 }
 
 export function createKeysRepository (db: Db) {
@@ -114,16 +132,35 @@ export function createKeysRepository (db: Db) {
       return row === undefined ? undefined : { ...row.key, userDeactivatedAt: row.userDeactivatedAt }
     },
 
+    /**
+     * Which of these keys would still authenticate now and may read a feed: not revoked, not
+     * expired (by the database's clock), their user not deactivated, with the read scope. A
+     * key that no longer exists is missing too.
+     */
+    async readable (keyIds: string[]): Promise<Set<string>> {
+      if (keyIds.length === 0) return new Set()
+      const rows = await db.select({ id: apiKeys.id }).from(apiKeys).innerJoin(users, eq(users.address, apiKeys.address))
+        .where(and(inArray(apiKeys.id, keyIds), acceptedForReading))
+      return new Set(rows.map((r) => r.id))
+    },
+
     async count (): Promise<number> {
       return db.$count(apiKeys)
     },
 
+    /**
+     * Revokes a key and, in the same transaction, disables the webhooks it registered (for good:
+     * a revoked key never comes back; its user registers them again with another key).
+     */
     async revoke (keyId: string): Promise<ApiKey> {
-      const [existing] = await db.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
-      if (existing === undefined) throw new NotFound('key', keyId)
-      if (existing.revokedAt !== null) return existing
-      const [row] = await db.update(apiKeys).set({ revokedAt: new Date() }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
-      return row!
+      return db.transaction(async (tx) => {
+        const [existing] = await tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
+        if (existing === undefined) throw new NotFound('key', keyId)
+        if (existing.revokedAt !== null) return existing
+        const [row] = await tx.update(apiKeys).set({ revokedAt: new Date() }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
+        await tx.update(webhooks).set({ disabledAt: sql`now()` }).where(and(eq(webhooks.keyId, keyId), isNull(webhooks.disabledAt)))
+        return row!
+      })
     },
 
     async setDailyQuota (keyId: string, dailyQuota: number | null): Promise<ApiKey> {

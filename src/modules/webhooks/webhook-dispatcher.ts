@@ -23,6 +23,8 @@ const BATCH = 100
  */
 const LEASE_MS = 30_000
 const BATCH_MS = 10_000
+/** During a batch, whether the webhook may still deliver is looked up again this often. */
+const RECHECK_MS = 1_000
 /** Due retries and missed notifications are looked for this often. */
 const POLL_MS = 1_000
 /** Which addresses have webhooks is re-read this often (other instances create them too). */
@@ -104,16 +106,32 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
    */
   async function deliver (claimed: WebhookRow): Promise<void> {
     const started = Date.now()
-    const more = () => !closing && Date.now() - started <= BATCH_MS
+    // Its key revoked or expired, or its user deactivated, since the claim: stop sending.
+    let refused = false
+    let checkedAt = 0
+    const accepted = async (): Promise<boolean> => {
+      refused = !await repository.deliverable(claimed.id)
+      checkedAt = Date.now()
+      return !refused
+    }
+    const more = () => !closing && !refused && Date.now() - started <= BATCH_MS
+    // Before each delivery, when the last look is RECHECK_MS old: a round of slow receivers
+    // stops within that (plus one delivery) of a revocation, not at the end of its 10 s batch.
+    const mayPost = async () => more() && (Date.now() - checkedAt < RECHECK_MS || await accepted())
     let webhook = claimed
     for (;;) {
       const { redeliveries, feed } = await repository.nextEvents(webhook, BATCH)
+      // Asked after the read: nothing committed after a revocation or deactivation goes out.
+      if (!await accepted()) {
+        await repository.release(webhook)
+        return
+      }
       const attempts: Attempt[] = []
       const redelivered: { eventId: number, markedAt: Date }[] = []
       let through = webhook.deliveredThrough
       let failed: Attempt | undefined
       for (const { event, markedAt } of redeliveries) {
-        if (!more()) break
+        if (!await mayPost()) break
         const attempt = await post(webhook, event)
         if (!attempt.delivered && closing) break
         attempts.push(attempt)
@@ -123,6 +141,7 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
       for (const event of failed === undefined ? feed : []) {
         if (!more()) break
         if (!wanted(webhook, event, Date.now())) { through = event.seq; continue }
+        if (!await mayPost()) break
         const attempt = await post(webhook, event)
         // Cut off by shutdown: not the receiver's failure; the next holder sends it again.
         if (!attempt.delivered && closing) break

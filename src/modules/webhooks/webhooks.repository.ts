@@ -1,13 +1,31 @@
-import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, sql } from 'drizzle-orm'
+import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { events, type EventRow } from '../events/events.table.js'
-import type { Webhook, WebhookDelivery } from './webhooks.schemas.js'
+import { apiKeys } from '../keys/keys.table.js'
+import { users } from '../users/users.table.js'
+import type { AdminWebhook, Webhook, WebhookDelivery } from './webhooks.schemas.js'
 import { webhookDeliveries, webhooks, type WebhookDeliveryRow, type WebhookRow } from './webhooks.table.js'
+
+/**
+ * Whether webhook `w` may deliver now: its user is not deactivated, and the key that registered
+ * it is accepted (not revoked, not expired by the database's clock, with the read scope that
+ * managing webhooks needs); a webhook from before keys were recorded (no key) needs one such
+ * key of its user. Evaluated by the claim and again during a batch, so a revocation, expiry or
+ * deactivation stops deliveries on every instance.
+ */
+const deliverable = (w: SQL) => sql`NOT EXISTS (SELECT 1 FROM ${users} u WHERE u.address = ${w}.address AND u.deactivated_at IS NOT NULL)
+  AND EXISTS (SELECT 1 FROM ${apiKeys} k
+    WHERE (k.id = ${w}.key_id OR (${w}.key_id IS NULL AND k.address = ${w}.address))
+      AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND 'read' = ANY(k.scopes))`
 
 /** A webhook as its owner sees it: never with its secret. */
 export function toWebhook (w: WebhookRow): Webhook {
   return { id: w.id, url: w.url, events: w.events, createdAt: w.createdAt.toISOString(), disabledAt: w.disabledAt?.toISOString() ?? null }
+}
+
+export function toAdminWebhook (w: WebhookRow): AdminWebhook {
+  return { ...toWebhook(w), address: w.address, keyId: w.keyId }
 }
 
 export function toWebhookDelivery (d: WebhookDeliveryRow): WebhookDelivery {
@@ -48,12 +66,12 @@ export function createWebhooksRepository (db: Db) {
      * at once count one after the other (the count runs in a statement of its own, which sees
      * what the other committed).
      */
-    async create (w: { id: string, address: string, url: string, events: string[] | null, secret: string }, max: number): Promise<WebhookRow | undefined> {
+    async create (w: { id: string, address: string, keyId: string, url: string, events: string[] | null, secret: string }, max: number): Promise<WebhookRow | undefined> {
       return db.transaction(async (tx) => {
         await tx.execute(sql`SELECT 1 FROM users WHERE address = ${w.address} FOR NO KEY UPDATE`)
         const [row] = await queryRows<{ id: string }>(tx, sql`
-          INSERT INTO ${webhooks} (id, address, url, events, secret, delivered_through)
-          SELECT ${w.id}, address, ${w.url}, ${w.events === null ? null : sql`${sql.param(w.events)}::text[]`}, ${w.secret}, event_seq
+          INSERT INTO ${webhooks} (id, address, key_id, url, events, secret, delivered_through)
+          SELECT ${w.id}, address, ${w.keyId}, ${w.url}, ${w.events === null ? null : sql`${sql.param(w.events)}::text[]`}, ${w.secret}, event_seq
           FROM users WHERE address = ${w.address} AND (SELECT count(*) FROM ${webhooks} WHERE address = ${w.address}) < ${max}
           RETURNING id`)
         if (row === undefined) return undefined
@@ -64,6 +82,21 @@ export function createWebhooksRepository (db: Db) {
 
     async list (address: string): Promise<WebhookRow[]> {
       return db.select().from(webhooks).where(eq(webhooks.address, address)).orderBy(asc(webhooks.createdAt), asc(webhooks.id))
+    },
+
+    /** One page of a user's webhooks by id (ids grow with time), after `after`: the admin's list. */
+    async page (address: string, after: string | undefined, limit: number): Promise<WebhookRow[]> {
+      return db.select().from(webhooks)
+        .where(and(eq(webhooks.address, address), after === undefined ? undefined : gt(webhooks.id, after)))
+        .orderBy(asc(webhooks.id))
+        .limit(limit)
+    },
+
+    /** Whether the webhook is there, not disabled, and may deliver now (see deliverable). */
+    async deliverable (id: string): Promise<boolean> {
+      const [row] = await queryRows<{ id: string }>(db, sql`
+        SELECT w.id FROM ${webhooks} w WHERE w.id = ${id} AND w.disabled_at IS NULL AND ${deliverable(sql`w`)}`)
+      return row !== undefined
     },
 
     async get (address: string, id: string): Promise<WebhookRow | undefined> {
@@ -127,6 +160,7 @@ export function createWebhooksRepository (db: Db) {
               row_number() OVER (PARTITION BY w.address ORDER BY w.next_attempt_at, w.id) AS rank
             FROM ${webhooks} w
             WHERE w.disabled_at IS NULL AND w.next_attempt_at <= now() AND (w.lease_until IS NULL OR w.lease_until < now())
+              AND ${deliverable(sql`w`)}
               AND (EXISTS (SELECT 1 FROM ${events} e WHERE e.address = w.address AND e.seq > w.delivered_through)
                 OR EXISTS (SELECT 1 FROM ${webhookDeliveries} d JOIN ${events} e ON e.address = w.address AND e.seq = d.event_id
                            WHERE d.webhook_id = w.id AND d.redeliver IS NOT NULL AND d.event_id <= w.delivered_through))

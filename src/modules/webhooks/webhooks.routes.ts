@@ -42,12 +42,14 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
       summary: 'Register a webhook',
       description: 'Each event of the caller\'s feed (of the listed types) is POSTed to the URL, signed with the secret returned ' +
         'here once (X-Parley-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">). In id order, at least once; ' +
-        `retried with backoff for 24 h, then disabled. At most ${MAX_WEBHOOKS_PER_USER} per user.`,
+        `retried with backoff for 24 h, then disabled. At most ${MAX_WEBHOOKS_PER_USER} per user. It belongs to the key that ` +
+        'registered it: revoking that key disables it; while the key is expired (or lacks the read scope) or the user is ' +
+        'deactivated, nothing is delivered, and delivery resumes where it stopped once they are accepted again.',
       body: CreateWebhookBody,
       response: { 200: CreatedWebhookSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 409) }
     }
   }, async (req) => {
-    const me = principalOf(req).address
+    const { address: me, keyId } = principalOf(req)
     if (!secrets.sealing && !allowPrivate) {
       throw new AppError(503, 'UNAVAILABLE', 'Webhooks are not enabled on this server: its operator must set WEBHOOK_SECRETS_KEY, which keeps their signing secrets sealed')
     }
@@ -61,7 +63,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
       warned = true
       req.log.warn('webhook signing secrets are stored unsealed (WEBHOOK_ALLOW_PRIVATE=true, development): set WEBHOOK_SECRETS_KEY to seal them')
     }
-    const created = await webhooks.create({ id, address: me, url: url.href, events: req.body.events ?? null, secret: secrets.seal(id, secret) }, MAX_WEBHOOKS_PER_USER)
+    const created = await webhooks.create({ id, address: me, keyId, url: url.href, events: req.body.events ?? null, secret: secrets.seal(id, secret) }, MAX_WEBHOOKS_PER_USER)
     if (created === undefined) throw tooMany(me)
     dispatcher.watch(me)
     return { ...toWebhook(created), secret }
@@ -115,7 +117,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
     }
   }, async (req, reply) => {
     const webhook = await owned(principalOf(req).address, req.params.id)
-    if (webhook.disabledAt !== null) throw new Conflict(`webhook ${webhook.id} is disabled: its deliveries kept failing; delete it and register it again`)
+    if (webhook.disabledAt !== null) throw new Conflict(`webhook ${webhook.id} is disabled (its deliveries kept failing, or the key that registered it was revoked); delete it and register it again`)
     if (!await webhooks.markRedelivery(webhook, Number(req.body.event))) throw new NotFound('event', req.body.event)
     dispatcher.watch(webhook.address)
     return reply.code(204).send()

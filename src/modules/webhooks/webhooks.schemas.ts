@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { Timestamp } from '../../schemas.js'
+import { AddressParam, Timestamp } from '../../schemas.js'
 import { EVENT_TYPES } from '../events/events.repository.js'
 
 const WebhookId = Type.String({ pattern: '^whk_[0-9a-z]{26}$', description: 'A webhook id (whk_…)' })
@@ -13,10 +13,31 @@ const WebhookSchema = Type.Object({
   url: Type.String(),
   events: Type.Union([EventTypes, Type.Null()]),
   createdAt: Timestamp,
-  disabledAt: Type.Union([Timestamp, Type.Null()], { description: 'Set when deliveries kept failing for 24 h; null while active' })
+  disabledAt: Type.Union([Timestamp, Type.Null()], { description: 'Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active' })
 }, { title: 'Webhook' })
 
 export type Webhook = Static<typeof WebhookSchema>
+
+/** A webhook as an operator sees it: whose, and which key registered it. */
+const AdminWebhookSchema = Type.Object({
+  ...WebhookSchema.properties,
+  address: Type.String({ description: 'The user whose feed it delivers' }),
+  keyId: Type.Union([Type.String(), Type.Null()], {
+    description: 'The key that registered it: it delivers only while that key is accepted. Null for a webhook registered before keys were recorded, which delivers while any read key of its user is accepted'
+  })
+}, { title: 'AdminWebhook' })
+
+export type AdminWebhook = Static<typeof AdminWebhookSchema>
+
+export const AdminWebhookList = Type.Object({
+  webhooks: Type.Array(AdminWebhookSchema),
+  nextCursor: Type.Union([Type.String(), Type.Null()])
+}, { title: 'AdminWebhookList' })
+
+export const AdminWebhooksQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ pattern: '^whk_[0-9a-z]{26}$', description: 'The nextCursor of the previous page' }))
+}, { additionalProperties: false })
 
 export const CreatedWebhookSchema = Type.Object({
   ...WebhookSchema.properties,
@@ -31,6 +52,13 @@ export const CreateWebhookBody = Type.Object({
 export const WebhookListSchema = Type.Object({ webhooks: Type.Array(WebhookSchema) })
 
 export const WebhookParams = Type.Object({ id: WebhookId })
+
+export const AdminWebhookParams = Type.Object({
+  user: AddressParam,
+  id: WebhookId
+})
+
+export const AdminWebhooksParams = Type.Object({ user: AddressParam })
 
 const DeliverySchema = Type.Object({
   event: EventId,

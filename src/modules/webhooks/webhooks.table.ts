@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { bigint, index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
+import { apiKeys } from '../keys/keys.table.js'
 import { users } from '../users/users.table.js'
 
 /**
@@ -13,6 +14,10 @@ import { users } from '../users/users.table.js'
 export const webhooks = pgTable('webhooks', {
   id: text('id').primaryKey(),
   address: text('address').notNull().references(() => users.address, { onDelete: 'cascade' }),
+  // The key that registered it: it delivers only while that key is accepted (not revoked, not
+  // expired, its user active). Null for webhooks registered before keys were recorded (0015):
+  // those deliver while any read key of their user is accepted.
+  keyId: text('key_id').references(() => apiKeys.id, { onDelete: 'cascade' }),
   url: text('url').notNull(),
   // Event types to deliver; null for every type.
   events: text('events').array(),
@@ -29,6 +34,7 @@ export const webhooks = pgTable('webhooks', {
   leaseToken: text('lease_token')
 }, (t) => [
   index('webhooks_address_idx').on(t.address),
+  index('webhooks_key_idx').on(t.keyId),
   index('webhooks_due_idx').on(t.nextAttemptAt).where(sql`disabled_at IS NULL`)
 ])
 
