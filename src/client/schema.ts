@@ -713,7 +713,7 @@ export type components = {
             createdAt: string;
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
-            /** @description Event types to deliver; omitted or null for every type */
+            /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
             events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
