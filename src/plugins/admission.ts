@@ -24,8 +24,9 @@ declare module 'fastify' {
   interface FastifyInstance {
     /**
      * For a route admitted `none` that works only part of the time (a long-poll reads, waits,
-     * reads): waits for a place at the gate and resolves with the way to give it back, which the
-     * response's close also does. Throws 429 like the gates' own hook.
+     * reads): waits for a place at the gate and resolves with the way to give it back. The
+     * caller must call it when its work is done (in a finally): the response's close does not,
+     * since the work may go on after it. Throws 429 like the gates' own hook.
      */
     admit(req: FastifyRequest, reply: FastifyReply, kind: Exclude<Admission, 'none'>): Promise<() => void>
   }

@@ -70,7 +70,9 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     // Subscribe before each read, so an event committed between the read and the wait still wakes us.
     while (rows.length === 0 && Date.now() < deadline && !bus.closing && !res.closed) {
       const subscription = bus.subscribe(me)
-      rows = await read()
+      // A read that throws (a full gate queue, its client gone, the database) must not leave
+      // the subscription behind in the bus until that feed's next event.
+      rows = await read().catch((err: unknown) => { subscription.cancel(); throw err })
       if (rows.length > 0) {
         subscription.cancel()
         break

@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm'
 import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
+import { transaction } from '../../db/retry.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
 import { webhooks } from '../webhooks/webhooks.table.js'
@@ -153,11 +154,11 @@ export function createKeysRepository (db: Db) {
      * a revoked key never comes back; its user registers them again with another key).
      */
     async revoke (keyId: string): Promise<ApiKey> {
-      return db.transaction(async (tx) => {
+      return transaction(db, async (tx) => {
         const [existing] = await tx.select(publicColumns).from(apiKeys).where(eq(apiKeys.id, keyId))
         if (existing === undefined) throw new NotFound('key', keyId)
         if (existing.revokedAt !== null) return existing
-        const [row] = await tx.update(apiKeys).set({ revokedAt: new Date() }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
+        const [row] = await tx.update(apiKeys).set({ revokedAt: sql`now()` }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
         await tx.update(webhooks).set({ disabledAt: sql`now()` }).where(and(eq(webhooks.keyId, keyId), isNull(webhooks.disabledAt)))
         return row!
       })

@@ -218,7 +218,16 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     })
   }
 
-  async function write (batch: Pending[], written: () => void = () => {}): Promise<void> {
+  async function write (queued: Pending[], written: () => void = () => {}): Promise<void> {
+    // A duplicate queued while the send it repeats retries alone (below) would find that key's
+    // lock free between tries and could be written first: it is answered 409, as on arrival.
+    const batch = queued.filter((p) => {
+      const owner = retryingOwner(p.send)
+      if (owner === undefined || owner === p.send) return true
+      p.reject(new IdempotencyInProgress(p.send.idempotencyKey!))
+      return false
+    })
+    if (batch.length === 0) return written()
     let outcomes: BatchOutcome[]
     try {
       outcomes = await attempt(batch.map((p) => p.send))
@@ -233,6 +242,9 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       // One send's failure (a held row, a sender deleted meanwhile, a serialization error)
       // fails no other: each is written alone, one after another, each for one try before the
       // next starts; a send whose row is held keeps trying on its own (writeAlone).
+      // Every Idempotency-Key of the batch is taken as retrying now, not as each send's turn
+      // comes: a duplicate must not slip in while its original waits behind the others.
+      for (const p of batch) markRetrying(p.send)
       if (batch.length === 1) {
         await writeAlone(batch[0]!, err, () => {}, 1)
         return
@@ -261,8 +273,21 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
    * lock), and whichever commits second finds the record and answers the original (or 422), so
    * nothing is sent twice nor counted twice either way.
    */
-  const retryingKeys = new Set<string>()
+  const retryingKeys = new Map<string, BatchSend>()
   const keyOf = (s: BatchSend): string | undefined => s.idempotencyKey === undefined || s.keyId === null ? undefined : `${s.keyId} ${s.idempotencyKey}`
+  /** The send retrying alone under this send's Idempotency-Key, if any (it may be this one). */
+  const retryingOwner = (s: BatchSend): BatchSend | undefined => {
+    const key = keyOf(s)
+    return key === undefined ? undefined : retryingKeys.get(key)
+  }
+  /** Takes the send's Idempotency-Key as retrying, unless another send here holds it: true if it is now this send's. */
+  function markRetrying (s: BatchSend): boolean {
+    const key = keyOf(s)
+    if (key === undefined) return false
+    const owner = retryingKeys.get(key)
+    if (owner === undefined) retryingKeys.set(key, s)
+    return (owner ?? s) === s
+  }
 
   /**
    * A send on its own, after `failed` stopped it: tried again while the failure is one to retry
@@ -279,8 +304,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     let err = failed
     let lead: (() => void) | undefined
     const idempotencyKey = keyOf(p.send)
-    const marked = idempotencyKey !== undefined && !retryingKeys.has(idempotencyKey)
-    if (marked) retryingKeys.add(idempotencyKey)
+    const marked = markRetrying(p.send)
     try {
       for (let n = first; ; n++) {
         if (n > 0) {
@@ -324,7 +348,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
       p.reject(err)
     } finally {
       tried()
-      if (marked) retryingKeys.delete(idempotencyKey)
+      if (marked) retryingKeys.delete(idempotencyKey!)
       if (lead !== undefined) {
         held.delete(recipient)
         lead()

@@ -82,6 +82,38 @@ t.test('a duplicate of a send waiting on a held row: 409 at once on its instance
   t.same(row, { messages: 1, quota: 1 })
 })
 
+t.test('a duplicate of a send whose batch failed on a held row, while the send waits its turn to retry alone: the original is what is sent, the duplicate 409 or 422', { skip: onPostgres }, async (t) => {
+  const built = await build(t, { env: FAST })
+  const base = await listening(built.app)
+  const alice = await built.as('alice')
+  await built.createUser('bob')
+  const hold = await holder(t, built.url!)
+  await hold.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
+  const plain = (body: string) => fetch(`${base}/v2/message`, {
+    method: 'POST', headers: { authorization: alice.authorization, 'content-type': 'application/json' }, body: JSON.stringify({ recipient: 'bob', body })
+  })
+  // One batch: four sends, then the keyed one. When the batch gives up on bob's row, its sends
+  // retry alone one after another (~50 ms a try), the keyed one last.
+  const others = [1, 2, 3, 4].map((n) => plain(`other ${n}`))
+  const first = post(base, alice, { recipient: 'bob', body: 'one' }, 'k-2')
+  await someoneWaits(hold)
+  await new Promise((resolve) => setTimeout(resolve, 70))
+  const duplicate = post(base, alice, { recipient: 'bob', body: 'two' }, 'k-2')
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  await hold.query('COMMIT')
+  const original = await first
+  t.equal(original.status, 200)
+  const sent = await original.json() as { id: string, body: string }
+  t.equal(sent.body, 'one', 'the original request is the one sent')
+  const dup = await duplicate
+  // Made while the original was in flight: 409 at once, or, once the original committed, 422
+  // (its fields differ); never sent in the original's place.
+  t.ok(dup.status === 409 || dup.status === 422, `the duplicate: 409 or 422 (${dup.status})`)
+  for (const res of await Promise.all(others)) t.equal(res.status, 200)
+  const [row] = await queryRows<{ bodies: string[] }>(built.db, sql`SELECT array_agg(body ORDER BY body) AS bodies FROM messages`)
+  t.same(row!.bodies, ['one', 'other 1', 'other 2', 'other 3', 'other 4'])
+})
+
 t.test('concurrent duplicates with one unit of quota left: each gets the original or 409, never 429', async (t) => {
   const { as, createUser, db } = await build(t, { env: FAST })
   const alice = await as('alice', { dailyQuota: 1 })
