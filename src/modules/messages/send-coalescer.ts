@@ -317,8 +317,11 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
           }
           const leader = lead === undefined && state === '55P03' ? held.get(recipient) : undefined
           if (leader !== undefined) {
-            // Unreferenced: a wait for the leader never holds a closing process open.
-            await Promise.race([leader, sleep(left, undefined, { ref: false })])
+            // Unreferenced: a wait for the leader never holds a closing process open; cleared
+            // once the leader is done, so a storm of waits keeps no timers for their 20 s.
+            const timer = new AbortController()
+            await Promise.race([leader, sleep(left, undefined, { ref: false, signal: timer.signal }).catch(() => {})])
+            timer.abort()
           } else {
             if (lead === undefined && state === '55P03') held.set(recipient, new Promise<void>((resolve) => { lead = resolve }))
             await sleep(Math.min(left, RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** (n - 1)) * (0.5 + Math.random()))
