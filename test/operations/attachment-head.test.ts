@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { build } from '../helper.js'
 import { fromAbuser, p99 } from '../support/abuse.js'
+import { rosterReads } from '../support/bystander.js'
 
 // HEAD on an attachment answers GET's headers without reading the file: Fastify's own HEAD
 // route ran the GET handler and read the whole stream to throw it away, after the download's
@@ -13,21 +14,6 @@ const SIZE = 20 * 1024 * 1024
 const cpuMs = (): number => {
   const { user, system } = process.cpuUsage()
   return (user + system) / 1000
-}
-
-/** GET /v2/roster one at a time until `done` settles (or `count` times); each status and latency. */
-async function rosterReads (base: string, authorization: string, done: Promise<unknown> | number) {
-  const results: { status: number, ms: number }[] = []
-  let over = false
-  if (typeof done !== 'number') void done.finally(() => { over = true })
-  while (typeof done === 'number' ? results.length < done : !over) {
-    const started = performance.now()
-    const res = await fetch(`${base}/v2/roster`, { headers: { authorization } })
-    await res.arrayBuffer()
-    results.push({ status: res.status, ms: performance.now() - started })
-    await sleep(20)
-  }
-  return results
 }
 
 t.test('HEAD on a 20 MiB attachment answers GET\'s headers and reads no byte of it, even 8 at a time for 4 s', async (t) => {

@@ -5,6 +5,7 @@ import t from 'tap'
 import { queryRows } from '../../src/db/rows.js'
 import { build } from '../helper.js'
 import { fromAbuser, p99 } from '../support/abuse.js'
+import { rosterReads } from '../support/bystander.js'
 
 // Clients that hang up: a place at admission is held until the handler's work is done, not
 // until the socket closes, and a request whose client left before its turn does nothing.
@@ -25,21 +26,6 @@ async function until (what: string, check: () => Promise<boolean>, ms = 10_000):
     if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`)
     await sleep(20)
   }
-}
-
-/** GET /v2/roster one at a time until `done` settles (or `count` times); each status and latency. */
-async function rosterReads (base: string, authorization: string, done: Promise<unknown> | number) {
-  const results: { status: number, ms: number }[] = []
-  let over = false
-  if (typeof done !== 'number') void done.finally(() => { over = true })
-  while (typeof done === 'number' ? results.length < done : !over) {
-    const started = performance.now()
-    const res = await fetch(`${base}/v2/roster`, { headers: { authorization } })
-    await res.arrayBuffer()
-    results.push({ status: res.status, ms: performance.now() - started })
-    await sleep(20)
-  }
-  return results
 }
 
 t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a time for 4 s, beside a bystander\'s roster reads', async (t) => {

@@ -78,3 +78,18 @@ export function bystander (base: string, authorization: string, everyMs = 0, rec
     }
   }
 }
+
+/** GET /v2/roster one at a time until `done` settles (or `count` times); each status and latency. */
+export async function rosterReads (base: string, authorization: string, done: Promise<unknown> | number) {
+  const results: { status: number, ms: number }[] = []
+  let over = false
+  if (typeof done !== 'number') void done.finally(() => { over = true })
+  while (typeof done === 'number' ? results.length < done : !over) {
+    const started = performance.now()
+    const res = await fetch(`${base}/v2/roster`, { headers: { authorization } })
+    await res.arrayBuffer()
+    results.push({ status: res.status, ms: performance.now() - started })
+    await sleep(20)
+  }
+  return results
+}
