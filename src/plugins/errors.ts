@@ -40,7 +40,11 @@ function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttach
   }
   // busboy's parse errors carry no status: a malformed multipart body is the client's fault.
   if (err.statusCode === undefined && /[\\/]@fastify[\\/]busboy[\\/]/.test(err.stack ?? '')) {
-    return new ValidationFailed(`body: malformed multipart/form-data (${err.message})`)
+    // A body that ends inside a part is told by busboy from the part's stream or from the
+    // parser's end, depending on which of them the handler was reading when it came: one
+    // cause, one message, whichever way the body was read.
+    const message = err.message === 'Part terminated early due to unexpected end of multipart data' ? 'Unexpected end of multipart data' : err.message
+    return new ValidationFailed(`body: malformed multipart/form-data (${message})`)
   }
   if (isDatabaseUnavailable(err)) return new Unavailable()
   const status = err.statusCode ?? 500

@@ -49,7 +49,8 @@ t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a
     await res.arrayBuffer()
     return performance.now() - started
   }
-  const warm = [await renameOnce(), await renameOnce()]
+  const warm: number[] = []
+  for (let i = 0; i < 5; i++) warm.push(await renameOnce())
   const renameMs = Math.max(...warm)
   const fastestRename = Math.min(...warm)
 
@@ -122,8 +123,11 @@ t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a
     carriedOut = now
     return settled
   }, 30_000)
-  const allowed = 2 + Math.ceil(abuseMs / fastestRename) + 2
-  t.comment(`${carriedOut - 2} renames carried out during ${abuseMs.toFixed(0)} ms of abuse (allowed ${allowed - 2})`)
+  // Twice what the fastest rename alone allows: a warm process renames faster than it did
+  // alone (CI: 33 where 23 were expected), while the fault this catches runs every one started
+  // (hundreds).
+  const allowed = warm.length + Math.ceil(2 * abuseMs / fastestRename) + 2
+  t.comment(`${carriedOut - warm.length} renames carried out during ${abuseMs.toFixed(0)} ms of abuse (allowed ${allowed - warm.length})`)
   t.ok(carriedOut <= allowed, 'only renames whose clients were still there when their turn came were carried out')
   t.equal(await renameOnce() < 5_000, true, 'the abuser\'s own renames still go')
 })
