@@ -75,6 +75,9 @@ export async function startService (config: Config, options: StartOptions = {}):
     app.addHook('onClose', async () => { await database.close() })
     if (applied.length > 0) app.log.info({ migrations: applied }, 'applied migrations')
 
+    // Before listening, so a server that answers has its demo key (the banner needs the port).
+    const demo = database.driver === 'pglite' ? await seedDemoKey(database.db) : undefined
+
     // First: its close hook must be added before the app listens.
     const metricsUrl = config.metricsPort === undefined ? undefined : await listenForMetrics(app, config.host, config.metricsPort)
     await app.listen({ host: config.host, port: config.port })
@@ -82,10 +85,7 @@ export async function startService (config: Config, options: StartOptions = {}):
     const port = typeof address === 'object' && address !== null ? address.port : config.port
     const url = publicBase(config.host, port)
 
-    if (database.driver === 'pglite') {
-      const demo = await seedDemoKey(database.db)
-      if (demo !== undefined) (options.print ?? console.log)(demoBanner(demo, url, config.testBotAddress))
-    }
+    if (demo !== undefined) (options.print ?? console.log)(demoBanner(demo, url, config.testBotAddress))
     const running = app
     return { app: running, database, url, metricsUrl, close: () => running.close() }
   } catch (err) {
