@@ -20,6 +20,7 @@ import { conversationsRoutes } from './modules/conversations/conversations.route
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
+import { createWaitingPlaces } from './modules/events/waiting-places.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
@@ -95,10 +96,10 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
       db: database.db, maxBodyChars: config.maxBodyChars, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
     // Long-polls and event streams count against one per-key cap.
-    const waitingByKey = new Map<string, number>()
-    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey })
+    const waitingPlaces = createWaitingPlaces(config.maxLongPollsPerKey)
+    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, waitingPlaces })
     await v2.register(eventStreamRoutes, {
-      db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, maxWaitingPerKey: config.maxLongPollsPerKey, waitingByKey, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
+      db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, waitingPlaces, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
     })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })

@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { sql } from 'drizzle-orm'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { queryRows } from '../../src/db/rows.js'
 import { build } from '../helper.js'
 import { fromAbuser, p99 } from '../support/abuse.js'
@@ -144,7 +144,8 @@ function rawRequest (base: string, method: string, path: string, headers: Record
   })
 }
 
-t.test('30 sends whose clients close their sockets as soon as the request is written are not sent', async (t) => {
+/** A listening server where mallory has sent bob one message: her key is known and her quota row exists. */
+async function listeningWithWarmSender (t: Test) {
   const { app, db, as } = await build(t, { env: ENV })
   const mallory = await as('mallory')
   await as('bob')
@@ -153,6 +154,11 @@ t.test('30 sends whose clients close their sockets as soon as the request is wri
     method: 'POST', headers: { authorization: mallory.authorization, 'content-type': 'application/json' }, body: JSON.stringify({ recipient: 'bob', body: 'warm' })
   })
   t.equal(warm.status, 200, 'the key is known and its quota row exists')
+  return { db, base, mallory }
+}
+
+t.test('30 sends whose clients close their sockets as soon as the request is written are not sent', async (t) => {
+  const { db, base, mallory } = await listeningWithWarmSender(t)
   const headers = { Authorization: mallory.authorization, 'Content-Type': 'application/json' }
   // Written whole, then closed (a FIN: Node aborts the request, and no answer can reach it).
   const sockets = await Promise.all(Array.from({ length: 30 }, (_, i) =>
@@ -168,14 +174,7 @@ t.test('30 sends whose clients close their sockets as soon as the request is wri
 })
 
 t.test('30 sends whose clients hang up while they wait their turn are never written; those admitted are written once', async (t) => {
-  const { app, db, as } = await build(t, { env: ENV })
-  const mallory = await as('mallory')
-  await as('bob')
-  const base = await app.listen({ host: '127.0.0.1', port: 0 })
-  const warm = await fetch(`${base}/v2/message`, {
-    method: 'POST', headers: { authorization: mallory.authorization, 'content-type': 'application/json' }, body: JSON.stringify({ recipient: 'bob', body: 'warm' })
-  })
-  t.equal(warm.status, 200, 'the key is known and its quota row exists')
+  const { db, base, mallory } = await listeningWithWarmSender(t)
 
   // The key's sends stall on its quota row (on PGlite every query stalls behind this
   // transaction), so the first few are admitted and wait in the database, the rest at the gate.

@@ -2,9 +2,22 @@ import { spawn } from 'node:child_process'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
-import { build } from '../helper.js'
+import { build, type TestContext } from '../helper.js'
 
 const BOT = join(import.meta.dirname, '..', '..', 'examples', 'webhook-bot.mjs')
+
+/** The example bot as a child process with `key`, against `base`: killed at teardown. */
+function startBot (t: TestContext, base: string, key: { keyId: string, secret: string }) {
+  const child = spawn(process.execPath, [BOT], {
+    env: { ...process.env, PARLEY_URL: base, PARLEY_KEY_ID: key.keyId, PARLEY_SECRET: key.secret, BOT_PORT: '0' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
+  t.teardown(() => { child.kill('SIGKILL') })
+  return { child, output: () => output }
+}
 
 /**
  * examples/webhook-bot.mjs as a user would run it: a child process with its own key, against a
@@ -16,23 +29,16 @@ t.test('the example webhook bot answers messages through the API', async (t) => 
   const base = await app.listen({ host: '127.0.0.1', port: 0 })
   const bot = await as('echobot')
   const alice = await as('alice')
-  const child = spawn(process.execPath, [BOT], {
-    env: { ...process.env, PARLEY_URL: base, PARLEY_KEY_ID: bot.keyId, PARLEY_SECRET: bot.secret, BOT_PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
+  const { child, output } = startBot(t, base, bot)
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
-  t.teardown(() => { child.kill('SIGKILL') })
   const until = async (what: string, done: () => Promise<boolean> | boolean) => {
     for (let i = 0; i < 100; i++) {
       if (await done()) return
       await new Promise((resolve) => setTimeout(resolve, 100))
     }
-    throw new Error(`${what} did not happen within 10 s; the bot said:\n${output}`)
+    throw new Error(`${what} did not happen within 10 s; the bot said:\n${output()}`)
   }
-  await until('the bot listening', () => output.includes('"listening"'))
+  await until('the bot listening', () => output().includes('"listening"'))
   t.equal((await bot.get('/v2/webhooks')).json().webhooks.length, 1, 'it registered its webhook')
 
   t.equal((await alice.post('/v2/message', { recipient: 'echobot', body: 'hello bot' })).statusCode, 200)
@@ -86,16 +92,9 @@ t.test('the example bot refuses an unsigned or oversized delivery before reading
   const { app, as } = await build(t, { env: { WEBHOOK_ALLOW_PRIVATE: 'true' } })
   const base = await app.listen({ host: '127.0.0.1', port: 0 })
   const bot = await as('echobot')
-  const child = spawn(process.execPath, [BOT], {
-    env: { ...process.env, PARLEY_URL: base, PARLEY_KEY_ID: bot.keyId, PARLEY_SECRET: bot.secret, BOT_PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  t.teardown(() => { child.kill('SIGKILL') })
-  for (let i = 0; i < 100 && !output.includes('"listening"'); i++) await new Promise((resolve) => setTimeout(resolve, 100))
-  const port = (JSON.parse(output.split('\n').find((l) => l.includes('"listening"'))!) as { listening: number }).listening
+  const { child, output } = startBot(t, base, bot)
+  for (let i = 0; i < 100 && !output().includes('"listening"'); i++) await new Promise((resolve) => setTimeout(resolve, 100))
+  const port = (JSON.parse(output().split('\n').find((l) => l.includes('"listening"'))!) as { listening: number }).listening
 
   const now = Math.floor(Date.now() / 1000)
   const wellFormed = `t=${now},v1=${'0'.repeat(64)}`

@@ -8,15 +8,15 @@ import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import type { KeyWatch } from '../keys/key-watch.js'
 import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
+import type { WaitingPlaces } from './waiting-places.js'
 import { MAX_ANSWER_BYTES } from './events.routes.js'
 
 export interface EventStreamRoutesOptions {
   db: Db
   bus: EventBus
   keyWatch: KeyWatch
-  /** Streams and long-polls one API key may hold at once: shared with GET /events. */
-  maxWaitingPerKey: number
-  waitingByKey: Map<string, number>
+  /** Streams and long-polls per API key: shared with GET /events. */
+  waitingPlaces: WaitingPlaces
   heartbeatMs: number
 }
 
@@ -35,7 +35,7 @@ const StreamQuery = Type.Object({
   after: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
 })
 
-export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, keyWatch, maxWaitingPerKey, waitingByKey, heartbeatMs }) => {
+export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, keyWatch, waitingPlaces, heartbeatMs }) => {
   const events = createEventsRepository(db)
 
   app.get('/events/stream', {
@@ -60,19 +60,10 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
       throw new ValidationFailed('Last-Event-ID header must be an event id (a decimal string)')
     }
     let after = Number(header?.trim() ?? req.query.after ?? '0')
-    const held = waitingByKey.get(keyId) ?? 0
-    if (held >= maxWaitingPerKey) throw new RateLimited()
-    waitingByKey.set(keyId, held + 1)
-    let counted = true
     // The per-key place is given back the moment the connection closes, not when the loop
     // notices: a client reconnecting at once must find it free.
-    const uncount = () => {
-      if (!counted) return
-      counted = false
-      const left = (waitingByKey.get(keyId) ?? 1) - 1
-      if (left <= 0) waitingByKey.delete(keyId)
-      else waitingByKey.set(keyId, left)
-    }
+    const uncount = waitingPlaces.take(keyId)
+    if (uncount === undefined) throw new RateLimited()
 
     reply.hijack()
     const res = reply.raw

@@ -7,6 +7,7 @@ import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.j
 import type { KeyWatch } from '../keys/key-watch.js'
 import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
+import type { WaitingPlaces } from './waiting-places.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
 /**
@@ -23,13 +24,11 @@ export interface EventsRoutesOptions {
   bus: EventBus
   keyWatch: KeyWatch
   metrics: Metrics
-  /** Long-polls one API key may hold waiting at once in this process. */
-  maxWaitingPerKey: number
-  /** Waiting long-polls and open event streams per API key: one count shared with GET /events/stream. */
-  waitingByKey?: Map<string, number>
+  /** Waiting long-polls and open event streams per API key: shared with GET /events/stream. */
+  waitingPlaces: WaitingPlaces
 }
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, keyWatch, metrics, maxWaitingPerKey, waitingByKey = new Map<string, number>() }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, keyWatch, metrics, waitingPlaces }) => {
   const events = createEventsRepository(db)
   let waiting = 0
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
@@ -78,8 +77,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
         break
       }
       // Each waiting poll holds a socket and a timer: cap them per key, so one key cannot hoard the process.
-      const held = waitingByKey.get(keyId) ?? 0
-      if (held >= maxWaitingPerKey) {
+      const giveBack = waitingPlaces.take(keyId)
+      if (giveBack === undefined) {
         subscription.cancel()
         // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
         throw new RateLimited()
@@ -93,14 +92,11 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
       const gone = () => subscription.cancel()
       res.once('close', gone)
       waiting++
-      waitingByKey.set(keyId, held + 1)
       const woken = await subscription.wait(deadline - Date.now()).finally(() => {
         waiting--
         unwatch()
         res.off('close', gone)
-        const left = (waitingByKey.get(keyId) ?? 1) - 1
-        if (left === 0) waitingByKey.delete(keyId)
-        else waitingByKey.set(keyId, left)
+        giveBack()
       })
       if (refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
       if (!woken || res.closed) break
