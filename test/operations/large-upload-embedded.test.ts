@@ -49,15 +49,21 @@ t.test(`one 10 x ${FILE_BYTES / 1048576} MiB send on PGlite leaves a bystander a
     Readable.from(parts()).pipe(req)
   })
 
-  // A bystander reads its own profile over and over while the upload runs.
+  // A bystander reads its own feed over and over: alone first, then while the upload runs.
+  const read = async (): Promise<number> => {
+    const started = performance.now()
+    const res = await fetch(`http://127.0.0.1:${port}/v2/events?wait=0`, { headers: { authorization: bob.authorization } })
+    await res.arrayBuffer()
+    return performance.now() - started
+  }
+  for (let i = 0; i < 5; i++) await read()
+  let aloneWorst = 0
+  for (let i = 0; i < 20; i++) aloneWorst = Math.max(aloneWorst, await read())
   let done = false
   const latencies: number[] = []
   const bystander = (async () => {
     while (!done) {
-      const started = performance.now()
-      const res = await fetch(`http://127.0.0.1:${port}/v2/events?wait=0`, { headers: { authorization: bob.authorization } })
-      await res.arrayBuffer()
-      latencies.push(performance.now() - started)
+      latencies.push(await read())
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
   })()
@@ -74,7 +80,10 @@ t.test(`one 10 x ${FILE_BYTES / 1048576} MiB send on PGlite leaves a bystander a
   // answered. Measured: 247 ms worst, 20 MiB/s. Before chunking a bystander waited out the whole
   // send statement (34 s); with PGlite's own bytea conversion and no turn of the event loop
   // between chunks, 1.2–1.9 s, and the upload took 45 s on disk.
-  t.ok(worst < 1000, `bystander's slowest answer ${worst.toFixed(0)} ms < 1000 ms`)
+  // Relative to the bystander alone on this machine now (a busy machine slows both), at least
+  // 1 s, at most 5 s: a stall on the upload's work still fails.
+  const bound = Math.min(5000, Math.max(1000, 8 * aloneWorst))
+  t.ok(worst < bound, `bystander's slowest answer ${worst.toFixed(0)} ms < ${bound.toFixed(0)} ms (alone: worst ${aloneWorst.toFixed(0)} ms)`)
 
   const message = JSON.parse(sent.body) as { id: string }
   for (let i = 0; i < FILES; i++) {

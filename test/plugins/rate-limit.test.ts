@@ -12,9 +12,19 @@ t.test('the contract text of the rate-limit message is exact', async (t) => {
 
 t.test('a key past RATE_LIMIT_PER_SECOND answers 429 RATE_LIMITED with Retry-After; another key is unaffected', async (t) => {
   const { as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '5' } })
-  const alice = await as('alice')
   const bob = await as('bob')
-  const burst = await Promise.all(Array.from({ length: 8 }, () => alice.get('/v2/user/alice')))
+  // The window is one second from a key's first request: a burst that took longer than that
+  // (a busy machine) is tried again with a fresh key, so the count is of one window.
+  let alice = await as('alice')
+  let burst: Awaited<ReturnType<typeof alice.get>>[]
+  for (let attempt = 1; ; attempt++) {
+    const started = performance.now()
+    burst = await Promise.all(Array.from({ length: 8 }, () => alice.get('/v2/user/alice')))
+    const took = performance.now() - started
+    if (took < 800 || attempt === 5) break
+    t.comment(`burst took ${took.toFixed(0)} ms: again with a fresh key`)
+    alice = await as(`alice${attempt}`)
+  }
   const statuses = burst.map((r) => r.statusCode).sort()
   t.same(statuses, [200, 200, 200, 200, 200, 429, 429, 429])
   const limited = burst.find((r) => r.statusCode === 429)!
