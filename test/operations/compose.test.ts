@@ -339,7 +339,7 @@ t.test('deploy/pgbouncer/entrypoint.sh runs Debian\'s PgBouncer in transaction m
   skip: !usingPostgres() ? 'needs DATABASE_URL (PgBouncer in front of PostgreSQL)' : !pgbouncer ? 'pgbouncer is not installed (Debian package pgbouncer)' : false
 }, async (t) => {
   const upstream = new URL(process.env.DATABASE_URL!)
-  const dir = tempDir(t, 'parley-pgbouncer-')
+  const dir = tempDir(t, 'parley-compose-pgbouncer-')
   const port = await freePort()
   const database = upstream.pathname.slice(1)
   const user = decodeURIComponent(upstream.username) || 'postgres'
