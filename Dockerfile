@@ -1,7 +1,11 @@
 # syntax=docker/dockerfile:1
+# Node.js 24 (LTS), an exact release: bump it with each Node.js security release. package.json's
+# "engines" (>=22.13) is the floor the code supports; the image runs the current LTS line.
+ARG NODE_IMAGE=node:24.21.0-bookworm-slim
+
 # Build stage: every dependency from the lockfile (esbuild and tsx are development ones), then
 # the server bundle and the web console.
-FROM node:22-bookworm-slim AS build
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
@@ -11,14 +15,14 @@ COPY web ./web
 RUN node scripts/build.mjs
 
 # Production dependencies only: no compiler, no test tools.
-FROM node:22-bookworm-slim AS deps
+FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
 # Runtime: the bundled server (dist/parley.mjs), as `npm start` runs it, on production
 # dependencies only; no sources, no root.
-FROM node:22-bookworm-slim
+FROM ${NODE_IMAGE}
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json ./

@@ -4,7 +4,7 @@
 // bin/parley.js runs the bundle when it is newer than every source file, else the sources.
 // esbuild is a development dependency: a built tree installed with `npm ci --omit=dev` (a
 // production image) has the bundles already and nothing to build them with, so this is a no-op.
-import { copyFileSync, existsSync, mkdirSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -18,13 +18,16 @@ if (build === undefined) {
   console.log('esbuild is not installed (npm ci --omit=dev): using the bundles already built')
   process.exit(0)
 }
+// The server bundle targets the oldest Node.js package.json's "engines" admits (">=22.13": node22.13).
+const floor = /^>=\s*(\d+(?:\.\d+)*)$/.exec(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).engines.node)
+if (floor === null) throw new Error('package.json "engines.node" must read ">=X.Y" for the build target')
 const common = { bundle: true, format: 'esm', sourcemap: 'linked', logLevel: 'warning' }
 
 await build({
   entryPoints: [join(root, 'src', 'cli.ts')],
   outfile: join(root, 'dist', 'parley.mjs'),
   platform: 'node',
-  target: 'node20',
+  target: `node${floor[1]}`,
   packages: 'external',
   ...common
 })

@@ -54,7 +54,8 @@ t.test('behind Caddy (deploy/Caddyfile) over HTTPS on loopback, with TRUST_PROXY
       CADDY_HTTPS_PORT: String(httpsPort),
       CADDY_ADMIN: 'off',
       PARLEY_DOMAIN: 'localhost',
-      PARLEY_UPSTREAM: new URL(server.url).host
+      PARLEY_UPSTREAM_HOST: new URL(server.url).hostname,
+      PARLEY_UPSTREAM_PORT: new URL(server.url).port
     },
     stdio: ['ignore', 'pipe', 'pipe']
   })
