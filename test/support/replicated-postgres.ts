@@ -1,0 +1,110 @@
+import { execFile } from 'node:child_process'
+import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import type { TestContext } from '../helper.js'
+
+const run = promisify(execFile)
+
+async function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
+    })
+  })
+}
+
+export interface ReplicatedPostgres {
+  primaryUrl: string
+  replicaUrl: string
+  /** Runs one statement on the replica (pg_wal_replay_pause() and the like). */
+  onReplica(text: string): Promise<void>
+  /** Runs statements on the primary, one after the other. */
+  onPrimary(...texts: string[]): Promise<void>
+  /** Stops the replica's postmaster (by its PID, immediately) / starts it again. */
+  stopReplica(): Promise<void>
+  startReplica(): Promise<void>
+}
+
+/**
+ * A primary of the test's own (initdb on a free loopback port, trusting local replication
+ * connections, as initdb's pg_hba.conf does) and a streaming replica of it made with
+ * pg_basebackup -R, on another port. The machine's shared cluster is left alone (its
+ * pg_hba.conf need not allow replication). initdb and postgres refuse root, so as root they
+ * run as the postgres user. Both are stopped at teardown and their directory removed.
+ */
+export async function replicatedPostgres (t: TestContext, bin: string): Promise<ReplicatedPostgres> {
+  const dir = mkdtempSync(join(tmpdir(), 'parley-replica-'))
+  const asRoot = process.getuid?.() === 0
+  if (asRoot) {
+    const { stdout: uid } = await run('id', ['-u', 'postgres'])
+    const { stdout: gid } = await run('id', ['-g', 'postgres'])
+    chownSync(dir, Number(uid.trim()), Number(gid.trim()))
+  }
+  const tool = (name: string, args: string[]) => asRoot
+    ? run('runuser', ['-u', 'postgres', '--', join(bin, name), ...args])
+    : run(join(bin, name), args)
+  const [primaryPort, replicaPort] = [await freePort(), await freePort()]
+  const primaryData = join(dir, 'primary')
+  const replicaData = join(dir, 'replica')
+  const options = (port: number) => `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`
+  const start = (data: string, port: number, log: string) => tool('pg_ctl', ['-D', data, '-o', options(port), '-l', join(dir, log), '-w', 'start'])
+  /** By the postmaster's PID (postmaster.pid): SIGQUIT is an immediate shutdown; waits until it is gone. */
+  const stop = async (data: string) => {
+    const file = join(data, 'postmaster.pid')
+    if (!existsSync(file)) return
+    const pid = Number(readFileSync(file, 'utf8').split('\n')[0])
+    if (!Number.isInteger(pid) || pid <= 0) return
+    try {
+      process.kill(pid, 'SIGQUIT')
+    } catch {
+      return
+    }
+    for (let i = 0; i < 200; i++) {
+      try {
+        process.kill(pid, 0)
+      } catch {
+        return
+      }
+      await sleep(25)
+    }
+  }
+  t.teardown(async () => {
+    await stop(replicaData)
+    await stop(primaryData)
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  await tool('initdb', ['-D', primaryData, '-A', 'trust', '-U', 'postgres', '--no-sync'])
+  await start(primaryData, primaryPort, 'primary.log')
+  await tool('createdb', ['-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', 'parley'])
+  // -R writes standby.signal and primary_conninfo: the copy starts as a standby streaming from it.
+  await tool('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', replicaData, '-R', '-X', 'stream', '--checkpoint=fast', '--no-sync'])
+  await start(replicaData, replicaPort, 'replica.log')
+
+  const replicaUrl = `postgres://postgres@127.0.0.1:${replicaPort}/parley`
+  const primaryUrl = `postgres://postgres@127.0.0.1:${primaryPort}/parley`
+  const on = async (url: string, texts: string[]) => {
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      for (const text of texts) await client.query(text)
+    } finally {
+      await client.end()
+    }
+  }
+  return {
+    primaryUrl,
+    replicaUrl,
+    onReplica: (text) => on(replicaUrl, [text]),
+    onPrimary: (...texts) => on(primaryUrl, texts),
+    stopReplica: () => stop(replicaData),
+    async startReplica () { await start(replicaData, replicaPort, 'replica.log') }
+  }
+}
