@@ -119,6 +119,12 @@ const CONNECT_TIMEOUT_MS = 1_000
  * at most. Reads that may run this long have a shorter limit of their own (search: 5 s).
  */
 const QUERY_TIMEOUT_MS = 15_000
+/**
+ * A look at the replica's replay position is one trivial statement: a replica that has not
+ * answered it in this long has gone quiet (a half-open connection, a frozen host), and its
+ * connection is cut so the read goes to the primary now rather than after QUERY_TIMEOUT_MS.
+ */
+const LOOK_TIMEOUT_MS = 1_000
 const FIRST_RETRY_MS = 250
 const MAX_RETRY_MS = 5_000
 /** While the replica is up, a probe refreshes the lag metrics (and notices trouble) this often. */
@@ -177,6 +183,22 @@ function positionSampler (primary: Db): (arrivedAt: number) => Promise<bigint> {
     queued = next
     return next
   }
+}
+
+/** Connections this module cut because the replica went quiet on them. */
+const cut = new WeakSet<pg.PoolClient>()
+
+/**
+ * Cuts the client's connection unless the answer (call it) comes within LOOK_TIMEOUT_MS:
+ * whatever waits on that connection (the statement, then the transaction's rollback) fails
+ * at once, and the read goes to the primary.
+ */
+function cutUnlessAnswered (client: pg.PoolClient): () => void {
+  const timer = setTimeout(() => {
+    cut.add(client)
+    client.connection.stream.destroy()
+  }, LOOK_TIMEOUT_MS)
+  return () => clearTimeout(timer)
 }
 
 /** Why a read did not run on the replica although it tried (thrown out of its transaction to roll it back). */
@@ -264,10 +286,12 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
 
   /**
    * Waits, within maxWaitMs of knowing the primary's position, for the replica to replay it.
-   * `position` is the primary's (in flight while the replica's first look runs).
+   * `position` is the primary's (in flight while the replica's first look runs). `answered`
+   * stops the clock started before the transaction's BEGIN, which the first look ends.
    */
-  async function caughtUp (tx: Db, position: Promise<bigint>): Promise<{ outcome: ReadOutcome, replay?: Replay }> {
+  async function caughtUp (client: pg.PoolClient, tx: Db, position: Promise<bigint>, answered: () => void): Promise<{ outcome: ReadOutcome, replay?: Replay }> {
     let replay = await replayOf(tx)
+    answered()
     if (!replay.standby) return { outcome: 'not_standby' }
     let target: bigint
     try {
@@ -282,7 +306,8 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
       const left = deadline - performance.now()
       if (left <= 0) return { outcome: 'behind', replay: first }
       await sleep(Math.min(pause, left))
-      replay = await replayOf(tx)
+      const answer = cutUnlessAnswered(client)
+      replay = await replayOf(tx).finally(answer)
       if (!replay.standby) return { outcome: 'not_standby' }
     }
     return { outcome: 'caught_up', replay: first }
@@ -300,12 +325,14 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
       const client = await pool.connect()
       let broken = false
       try {
-        const replicaId = await systemIdentifier(on(client))
+        const answer = cutUnlessAnswered(client)
+        const replicaId = await systemIdentifier(on(client)).finally(answer)
         if (primaryId !== undefined && replicaId !== undefined && primaryId !== replicaId) {
           next = 'not_standby'
           cause = new Error('the replica is not a copy of the primary (their system identifiers differ)')
         } else {
-          const { outcome, replay } = await on(client).transaction((tx) => caughtUp(tx, position))
+          const answered = cutUnlessAnswered(client)
+          const { outcome, replay } = await on(client).transaction((tx) => caughtUp(client, tx, position, answered)).finally(answered)
           if (replay !== undefined) lagSeconds = replay.lagSeconds
           next = outcome === 'caught_up' ? 'up' : outcome === 'behind' ? 'behind' : outcome === 'not_standby' ? 'not_standby' : 'down'
           if (next === 'not_standby') cause = new Error('the replica is not in recovery (a primary, or a promoted replica)')
@@ -351,9 +378,10 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
     }
     let working = false
     let broken = false
+    const answered = cutUnlessAnswered(client)
     try {
       const result = await on(client).transaction(async (tx) => {
-        const { outcome } = await caughtUp(tx, position)
+        const { outcome } = await caughtUp(client, tx, position, answered)
         if (outcome !== 'caught_up') throw new NotServed(outcome)
         working = true
         return bounded(tx, work, options)
@@ -368,10 +396,11 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
       // The read's own answer (403, 404, 400, a search past its time limit) stands.
       if (working && (err instanceof AppError || err instanceof TimeLimitExceeded)) throw err
       broken = true
-      const unavailable = isDatabaseUnavailable(err) || /Query read timeout/.test((err as Error).message)
+      const unavailable = cut.has(client) || isDatabaseUnavailable(err) || /Query read timeout/.test((err as Error).message)
       trouble('down', err)
       return onPrimary(unavailable ? 'unavailable' : 'error')
     } finally {
+      answered()
       client.release(broken)
     }
   }

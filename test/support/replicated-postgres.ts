@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process'
 import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { connect, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -106,5 +106,54 @@ export async function replicatedPostgres (t: TestContext, bin: string): Promise<
     onPrimary: (...texts) => on(primaryUrl, texts),
     stopReplica: () => stop(replicaData),
     async startReplica () { await start(replicaData, replicaPort, 'replica.log') }
+  }
+}
+
+export interface FreezableProxy {
+  port: number
+  /** From now on nothing passes either way, and new connections are accepted but never answered: a host gone quiet. */
+  freeze(): void
+  /** Connections that lost bytes while frozen are cut (their protocol state is lost); new ones pass again. */
+  thaw(): void
+}
+
+/** A TCP proxy on loopback in front of `port`, to make the server behind it go quiet without a word. Closed at teardown. */
+export async function freezableProxy (t: TestContext, port: number): Promise<FreezableProxy> {
+  let frozen = false
+  const spoiled = new Set<Socket>()
+  const sockets = new Set<Socket>()
+  const server = createServer((client) => {
+    sockets.add(client)
+    client.on('close', () => { sockets.delete(client); spoiled.delete(client) })
+    client.on('error', () => {})
+    if (frozen) {
+      spoiled.add(client)
+      return
+    }
+    const upstream = connect(port, '127.0.0.1')
+    sockets.add(upstream)
+    upstream.on('close', () => { sockets.delete(upstream); client.destroy() })
+    upstream.on('error', () => client.destroy())
+    client.on('close', () => upstream.destroy())
+    const forward = (from: Socket, to: Socket) => from.on('data', (chunk: Buffer) => {
+      if (frozen) spoiled.add(client)
+      else to.write(chunk)
+    })
+    forward(client, upstream)
+    forward(upstream, client)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  return {
+    port: (server.address() as { port: number }).port,
+    freeze: () => { frozen = true },
+    thaw: () => {
+      frozen = false
+      for (const socket of spoiled) socket.destroy()
+      spoiled.clear()
+    }
   }
 }

@@ -9,7 +9,7 @@ import { createEventsRepository } from '../../src/modules/events/events.reposito
 import { search } from '../../src/modules/search/search.service.js'
 import { usingPostgres } from '../support/databases.js'
 import { runCliInProcess, startServer, type ServerProcess } from '../support/processes.js'
-import { replicatedPostgres } from '../support/replicated-postgres.js'
+import { freezableProxy, replicatedPostgres } from '../support/replicated-postgres.js'
 import { postgresBin } from '../support/throwaway-postgres.js'
 
 const bin = postgresBin()
@@ -42,9 +42,11 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
   const elapsed = () => `${((performance.now() - began) / 1000).toFixed(1)} s`
   const cluster = await replicatedPostgres(t, bin!)
   t.comment(`primary and replica running after ${elapsed()}`)
+  // The instances reach the replica through a proxy that can make it go quiet.
+  const proxy = await freezableProxy(t, Number(new URL(cluster.replicaUrl).port))
   const env = {
     DATABASE_URL: cluster.primaryUrl,
-    DATABASE_READ_URL: cluster.replicaUrl,
+    DATABASE_READ_URL: `postgres://postgres@127.0.0.1:${proxy.port}/parley`,
     RATE_LIMIT_PER_SECOND: '100000',
     DAILY_MESSAGE_QUOTA: '1000000',
     LOG_LEVEL: 'info'
@@ -200,6 +202,17 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
   await cluster.startReplica()
   await untilServedByReplica('replica restarted')
   await trials(20, 'replica restarted')
+
+  // (c) The replica goes quiet without a word (its host gone, connections half-open): a look
+  // at it has 1 s to answer, then reads skip it until a probe finds it again.
+  const unavailableBefore = (await replicaReads(servers))['primary:unavailable'] ?? 0
+  proxy.freeze()
+  const silent = await trials(30, 'replica gone quiet')
+  t.ok(((await replicaReads(servers))['primary:unavailable'] ?? 0) > unavailableBefore, 'reads went to the primary because the replica was unavailable')
+  t.ok(median(silent.readMs) <= bound, `a quiet replica costs little: median ${median(silent.readMs).toFixed(1)} ms`)
+  t.ok(max(silent.readMs) < 3_000, `the read that found it quiet waited ${max(silent.readMs).toFixed(1)} ms`)
+  proxy.thaw()
+  await untilServedByReplica('replica answering again')
 
   // Commits acknowledged before their WAL is written (synchronous_commit = off): the position
   // read is the insert position, which lies past them, not the write position, which may not.
