@@ -37,10 +37,15 @@ import { TimeLimitExceeded, withinTimeLimit } from './time-limit.js'
  * - A replica found behind or failing is skipped by every read until a background probe finds
  *   it well again (after 250 ms, doubling to 5 s), so only the read that found out pays.
  *
- * The position is pg_current_wal_insert_lsn(), not pg_current_wal_lsn(): with
- * synchronous_commit = off a commit is acknowledged before its WAL is written, so only the
- * insert position is sure to lie past it. At a page boundary the insert position points past
- * the page header where replay stops before it; normalizePosition() maps one onto the other.
+ * The position is pg_current_wal_flush_lsn(): with synchronous_commit on (the default; also
+ * local, remote_write, remote_apply) a commit is acknowledged only once its WAL is flushed,
+ * and a replica cannot receive WAL before it is flushed, so this is the least position that
+ * covers every acknowledged commit. With synchronous_commit = off a commit is acknowledged
+ * before its WAL is even written, and only pg_current_wal_insert_lsn() is sure to lie past
+ * it: then that is the position, at a cost (WAL inserted but not yet flushed, such as the
+ * page pruning reads do, holds reads back until the WAL writer flushes it, up to
+ * wal_writer_delay). At a page boundary the insert position points past the page header
+ * where replay stops before it; normalizePosition() maps one onto the other.
  */
 
 /** Where a read that may lag ran, and why (the parley_replica_reads_total labels). */
@@ -151,32 +156,39 @@ export function normalizePosition (lsn: bigint, segmentBytes: bigint, pageBytes:
 }
 
 /**
- * The primary's WAL position, sampled at most once per round trip: a sample sent after a
- * request arrived serves it; otherwise the request waits for the next sample, of which there
- * is at most one queued behind the one in flight.
+ * The primary's WAL position, sampled at most once per round trip: the latest sample serves
+ * every request that arrived before it was sent (answered or still in flight); a request that
+ * arrived later waits for the next, of which there is at most one queued behind the one in
+ * flight.
  */
 function positionSampler (primary: Db): (arrivedAt: number) => Promise<bigint> {
-  let inFlight: { sentAt: number, position: Promise<bigint> } | undefined
+  let latest: { sentAt: number, position: Promise<bigint> } | undefined
+  let inFlight = false
   let queued: Promise<bigint> | undefined
   const send = (): Promise<bigint> => {
     const sample = {
       sentAt: performance.now(),
       position: queryRows<{ lsn: string, segment: string, page: string }>(primary, sql`
-        SELECT pg_current_wal_insert_lsn()::text AS lsn,
+        SELECT (CASE WHEN current_setting('synchronous_commit') = 'off' THEN pg_current_wal_insert_lsn()
+            ELSE pg_current_wal_flush_lsn() END)::text AS lsn,
           pg_size_bytes(current_setting('wal_segment_size'))::text AS segment,
           current_setting('wal_block_size') AS page`)
         .then(([row]) => normalizePosition(parseLsn(row!.lsn), BigInt(row!.segment), BigInt(row!.page)))
     }
-    inFlight = sample
-    const done = () => { if (inFlight === sample) inFlight = undefined }
-    sample.position.then(done, done)
+    latest = sample
+    inFlight = true
+    sample.position.then(() => { inFlight = false }, () => {
+      inFlight = false
+      // A failed sample serves no one after it.
+      if (latest === sample) latest = undefined
+    })
     return sample.position
   }
   return (arrivedAt) => {
-    if (inFlight !== undefined && inFlight.sentAt >= arrivedAt) return inFlight.position
+    if (latest !== undefined && latest.sentAt >= arrivedAt) return latest.position
     if (queued !== undefined) return queued
-    if (inFlight === undefined) return send()
-    const next = inFlight.position.then(() => {}, () => {}).then(() => {
+    if (!inFlight || latest === undefined) return send()
+    const next = latest.position.then(() => {}, () => {}).then(() => {
       queued = undefined
       return send()
     })

@@ -25,8 +25,8 @@ export interface ReplicatedPostgres {
   replicaUrl: string
   /** Runs one statement on the replica (pg_wal_replay_pause() and the like). */
   onReplica(text: string): Promise<void>
-  /** Runs statements on the primary, one after the other. */
-  onPrimary(...texts: string[]): Promise<void>
+  /** Runs statements on the primary, one after the other; answers the last one's rows. */
+  onPrimary(...texts: string[]): Promise<Record<string, unknown>[]>
   /** Stops the replica's postmaster (by its PID, immediately) / starts it again. */
   stopReplica(): Promise<void>
   startReplica(): Promise<void>
@@ -53,7 +53,8 @@ export async function replicatedPostgres (t: TestContext, bin: string): Promise<
   const [primaryPort, replicaPort] = [await freePort(), await freePort()]
   const primaryData = join(dir, 'primary')
   const replicaData = join(dir, 'replica')
-  const options = (port: number) => `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`
+  // pg_stat_statements: the test counts the statements the service sends the primary.
+  const options = (port: number) => `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c shared_preload_libraries=pg_stat_statements`
   const start = (data: string, port: number, log: string) => tool('pg_ctl', ['-D', data, '-o', options(port), '-l', join(dir, log), '-w', 'start'])
   /** By the postmaster's PID (postmaster.pid): SIGQUIT is an immediate shutdown; waits until it is gone. */
   const stop = async (data: string) => {
@@ -94,7 +95,9 @@ export async function replicatedPostgres (t: TestContext, bin: string): Promise<
     const client = new pg.Client({ connectionString: url })
     await client.connect()
     try {
-      for (const text of texts) await client.query(text)
+      let rows: Record<string, unknown>[] = []
+      for (const text of texts) rows = (await client.query(text)).rows
+      return rows
     } finally {
       await client.end()
     }
@@ -102,7 +105,7 @@ export async function replicatedPostgres (t: TestContext, bin: string): Promise<
   return {
     primaryUrl,
     replicaUrl,
-    onReplica: (text) => on(replicaUrl, [text]),
+    onReplica: async (text) => { await on(replicaUrl, [text]) },
     onPrimary: (...texts) => on(primaryUrl, texts),
     stopReplica: () => stop(replicaData),
     async startReplica () { await start(replicaData, replicaPort, 'replica.log') }
