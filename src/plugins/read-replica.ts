@@ -52,7 +52,8 @@ export const readReplicaPlugin = fp(async (app: FastifyInstance, opts: ReadRepli
     // The cause's message only: an error object may carry the connection string's parts.
     onStateChange: (state, _previous, cause) => {
       const detail = cause instanceof Error ? { cause: cause.message } : {}
-      if (state === 'up') app.log.info(STATE_TEXT[state])
+      // Falling behind for a moment is routine under a burst of writes; going away is not.
+      if (state === 'up' || state === 'behind') app.log.info(detail, STATE_TEXT[state])
       else app.log.warn(detail, STATE_TEXT[state])
     }
   })
