@@ -76,7 +76,20 @@ export async function replicatedPostgres (t: TestContext, bin: string): Promise<
       await sleep(25)
     }
   }
+  // A backstop for a test process that ends without its teardown (an error in another
+  // teardown, a timeout): no postmaster is left behind.
+  const orphans = () => {
+    for (const data of [replicaData, primaryData]) {
+      try {
+        const pid = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])
+        // Never 0 or a negative number: those signal whole process groups.
+        if (Number.isInteger(pid) && pid > 0) process.kill(pid, 'SIGQUIT')
+      } catch { /* not running */ }
+    }
+  }
+  process.once('exit', orphans)
   t.teardown(async () => {
+    process.off('exit', orphans)
     await stop(replicaData)
     await stop(primaryData)
     rmSync(dir, { recursive: true, force: true })
