@@ -27,8 +27,9 @@ import { TimeLimitExceeded, withinTimeLimit } from './time-limit.js'
  * latency, never a wrong or a failed answer.
  *
  * Costs, and how they are kept down:
- * - One primary round trip per read for the position, shared: a sample sent after a request
- *   arrived serves it, so a burst of reads shares one (at most one in flight and one queued).
+ * - One primary round trip per read for the position, shared: the latest sample, in flight
+ *   or answered, serves every request that arrived before it was sent, so a burst of reads
+ *   shares one (at most one in flight and one queued behind it; 60 searches at once: 2).
  * - The sample and the replica's first check run at once; the wait is a poll of the replica
  *   every few milliseconds, statement by statement. One statement that slept until replay
  *   caught up would hold its snapshot meanwhile, and replay of a cleanup record that conflicts
