@@ -1,5 +1,5 @@
 import t from 'tap'
-import { normalizePosition, parseLsn } from '../../src/db/replica.js'
+import { normalizePosition, parseLsn } from '../../src/db/wal-position.js'
 
 const SEGMENT = 16n * 1024n * 1024n
 const PAGE = 8192n
