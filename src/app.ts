@@ -11,6 +11,7 @@ import { errorsPlugin } from './plugins/errors.js'
 import { metricsPlugin } from './plugins/metrics.js'
 import { openApiPlugin } from './plugins/openapi.js'
 import { rateLimitPlugin } from './plugins/rate-limit.js'
+import { readReplicaPlugin } from './plugins/read-replica.js'
 import { redisPlugin } from './plugins/redis.js'
 import { requestIdPlugin } from './plugins/request-id.js'
 import { shutdownPlugin } from './plugins/shutdown.js'
@@ -51,6 +52,9 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(metricsPlugin, { database })
   await app.register(authenticatorPlugin, { db: database.db, defaultDailyQuota: config.dailyMessageQuota })
   await app.register(redisPlugin, { url: config.redisUrl })
+  await app.register(readReplicaPlugin, {
+    primary: database.db, url: config.databaseReadUrl, poolSize: config.databasePoolSize, maxWaitMs: config.databaseReadMaxWaitMs
+  })
   // Background work. preClose hooks run in the order they are added: the closing flag, then the
   // retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
   await app.register(shutdownPlugin)
@@ -97,15 +101,15 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     })
     // Long-polls and event streams count against one per-key cap.
     const waitingPlaces = createWaitingPlaces(config.maxLongPollsPerKey)
-    await v2.register(eventsRoutes, { db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, waitingPlaces })
+    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, waitingPlaces })
     await v2.register(eventStreamRoutes, {
       db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, waitingPlaces, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
     })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
-    await v2.register(searchRoutes, { db: database.db })
-    await v2.register(conversationsRoutes, { db: database.db })
+    await v2.register(searchRoutes, { reads: app.reads })
+    await v2.register(conversationsRoutes, { reads: app.reads })
     await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
     await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })

@@ -21,6 +21,11 @@ const ConfigSchema = Type.Object({
   // How often the LISTEN connection is checked with SELECT 1 (and how long it may take).
   LISTEN_HEARTBEAT_MS: Int(100, 3_600_000, 15_000, 'an integer number of milliseconds from 100 to 3600000'),
   DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'a directory path for the embedded database' }),
+  DATABASE_READ_URL: Type.Optional(Type.String({
+    pattern: '^postgres(ql)?://',
+    description: 'a PostgreSQL connection URL of a streaming replica of DATABASE_URL (postgres://user:password@replica:5432/db)'
+  })),
+  DATABASE_READ_MAX_WAIT_MS: Int(0, 10_000, 50, 'an integer number of milliseconds from 0 to 10000'),
   METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'an integer from 0 to 65535' })),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'a Redis URL (redis://host:6379)' })),
   LOG_LEVEL: Type.Union(
@@ -59,7 +64,7 @@ const ConfigSchema = Type.Object({
 type Env = Static<typeof ConfigSchema>
 
 /** Variables whose values may hold credentials: never echoed back in an error. */
-const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY'])
+const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY', 'DATABASE_READ_URL'])
 
 type TrustProxy = boolean | number | string[]
 
@@ -74,6 +79,10 @@ export interface Config {
   /** How often the LISTEN connection must answer SELECT 1 (and within how long) to be kept. */
   listenHeartbeatMs: number
   dataDir: string
+  /** A streaming replica for reads that may be served from it (src/db/replica.ts); undefined: none. */
+  databaseReadUrl: string | undefined
+  /** How long a replica read waits for the replica to replay the primary's WAL before it goes to the primary. */
+  databaseReadMaxWaitMs: number
   redisUrl: string | undefined
   logLevel: Env['LOG_LEVEL']
   trustProxy: TrustProxy
@@ -152,6 +161,8 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
       problems.push(`${name} must be ${schema.description ?? 'valid'}${shown}`)
     }
   }
+  // A replica of what? The embedded database has none.
+  if (raw.DATABASE_READ_URL !== undefined && raw.DATABASE_URL === undefined) problems.push('DATABASE_READ_URL needs DATABASE_URL (a replica of the PostgreSQL it names)')
   if (problems.length > 0) throw new ConfigError(`Invalid configuration: ${problems.join('; ')}`)
 
   const e = Value.Default(ConfigSchema, raw) as Env
@@ -163,6 +174,8 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     databasePoolSize: e.DATABASE_POOL_SIZE,
     listenHeartbeatMs: e.LISTEN_HEARTBEAT_MS,
     dataDir: e.DATA_DIR,
+    databaseReadUrl: e.DATABASE_READ_URL,
+    databaseReadMaxWaitMs: e.DATABASE_READ_MAX_WAIT_MS,
     redisUrl: e.REDIS_URL,
     logLevel: e.LOG_LEVEL,
     trustProxy: parseTrustProxy(e.TRUST_PROXY),

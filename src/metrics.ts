@@ -83,6 +83,7 @@ export function createMetrics () {
   const sendBatches = new Counter('parley_send_batches_total', 'Statements that wrote coalesced 1:1 sends (POST /v2/message)')
   const sendsBatched = new Counter('parley_send_batched_total', 'Sends those statements carried; divided by parley_send_batches_total, the mean batch')
   const gauges: { name: string, help: string, read: GaugeRead }[] = []
+  const counters: Counter[] = []
 
   return {
     observeRequest (method: string, route: string, status: number, seconds: number): void {
@@ -101,12 +102,18 @@ export function createMetrics () {
       if (code === 'QUOTA_EXCEEDED') refusals.inc({ reason: 'quota' })
       if (code === 'RATE_LIMITED') refusals.inc({ reason: 'rate_limit' })
     },
+    /** A counter of a module's own (replica reads by outcome): call the answer to count. */
+    counter (name: string, help: string): (labels?: Labels) => void {
+      const counter = new Counter(name, help)
+      counters.push(counter)
+      return (labels) => counter.inc(labels)
+    },
     /** A value read at each scrape (open long-polls, pool connections). */
     gauge (name: string, help: string, read: GaugeRead): void {
       gauges.push({ name, help, read })
     },
     async render (): Promise<string> {
-      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...sendBatches.render(), ...sendsBatched.render(), ...refusals.render(), ...errors.render()]
+      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...sendBatches.render(), ...sendsBatched.render(), ...refusals.render(), ...errors.render(), ...counters.flatMap((c) => c.render())]
       for (const g of gauges) {
         lines.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`)
         for (const { labels, value } of g.read()) lines.push(`${g.name}${labelText(labels ?? {})} ${value}`)

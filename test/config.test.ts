@@ -9,6 +9,7 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     databasePoolSize: 10,
     listenHeartbeatMs: 15_000,
     dataDir: './data',
+    databaseReadMaxWaitMs: 50,
     redisUrl: undefined,
     logLevel: 'info',
     trustProxy: false,
@@ -124,4 +125,20 @@ t.test('WEBHOOK_SECRETS_KEY: 32 bytes as hex, from the environment or a file, ne
   const refused = (() => { try { loadConfig({ WEBHOOK_SECRETS_KEY: short }) } catch (err) { return (err as Error).message } })()
   t.match(refused, /^Invalid configuration: WEBHOOK_SECRETS_KEY must be 64 hexadecimal digits/)
   t.notMatch(refused, short, 'the bad value is not echoed')
+})
+
+t.test('DATABASE_READ_URL: a replica of DATABASE_URL, from the environment or a file, never echoed', async (t) => {
+  const primary = 'postgres://parley:pw@db:5432/parley'
+  const config = loadConfig({ DATABASE_URL: primary, DATABASE_READ_URL: 'postgres://parley:pw@replica:5432/parley', DATABASE_READ_MAX_WAIT_MS: '100' })
+  t.equal(config.databaseReadUrl, 'postgres://parley:pw@replica:5432/parley')
+  t.equal(config.databaseReadMaxWaitMs, 100)
+  t.equal(loadConfig({ DATABASE_URL: primary }).databaseReadUrl, undefined, 'unset by default')
+  const dir = t.testdir({ read: 'postgres://parley:s3cret@replica:5432/parley\n' })
+  t.equal(loadConfig({ DATABASE_URL: primary, DATABASE_READ_URL_FILE: `${dir}/read` }).databaseReadUrl, 'postgres://parley:s3cret@replica:5432/parley')
+  t.throws(() => loadConfig({ DATABASE_READ_URL: 'postgres://x@replica/parley' }),
+    new ConfigError('Invalid configuration: DATABASE_READ_URL needs DATABASE_URL (a replica of the PostgreSQL it names)'))
+  const refused = (() => { try { loadConfig({ DATABASE_URL: primary, DATABASE_READ_URL: 'mysql://root:hunter2@replica/x' }) } catch (err) { return (err as Error).message } })()
+  t.match(refused, /^Invalid configuration: DATABASE_READ_URL must be a PostgreSQL connection URL of a streaming replica/)
+  t.notMatch(refused, /hunter2/, 'a bad secret is named, never echoed')
+  t.throws(() => loadConfig({ DATABASE_URL: primary, DATABASE_READ_MAX_WAIT_MS: '20000' }), /DATABASE_READ_MAX_WAIT_MS must be an integer number of milliseconds from 0 to 10000/)
 })

@@ -1,9 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { Db } from '../../db/client.js'
 import { decodeTimeCursor, encodeTimeCursor } from '../../cursors.js'
+import type { Reads } from '../../db/replica.js'
 import { isMessageId } from '../../ids.js'
 import { pageBudget } from '../../page-budget.js'
 import { principalOf } from '../../plugins/auth.js'
+import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createConversationsRepository, toConversation, type ConversationsAfter } from './conversations.repository.js'
@@ -19,10 +20,8 @@ function decodeCursor (text: string): ConversationsAfter {
   return { createdAt: at, id }
 }
 
-export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
-  const conversations = createConversationsRepository(db)
-  const messages = createMessagesRepository(db)
-
+/** Served by the read replica when there is one and it has caught up (src/db/replica.ts). */
+export const conversationsRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = async (app, { reads }) => {
   app.get('/conversations', {
     config: { admission: 'heavy' },
     schema: {
@@ -34,12 +33,14 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async 
       querystring: ListConversationsQuery,
       response: { 200: ConversationList, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
-  }, async (req) => {
+  }, async (req, reply) => {
     const viewer = principalOf(req).address
     const limit = req.query.limit ?? 50
     const after = req.query.cursor === undefined ? undefined : decodeCursor(req.query.cursor)
-    const rows = await conversations.list(viewer, after, limit + 1)
-    const views = await messages.viewMany(rows.slice(0, limit).map((r) => r.last))
+    const { rows, views } = await reads.run(async (db) => {
+      const rows = await createConversationsRepository(db).list(viewer, after, limit + 1)
+      return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit).map((r) => r.last)) }
+    }, { arrivedAt: arrivalOf(reply) })
     // At most MAX_PAGE_BYTES of them: past it the page ends early, with a cursor.
     const fits = pageBudget()
     const all = views.map((view, i) => toConversation(rows[i]!, view))

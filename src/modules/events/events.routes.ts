@@ -1,8 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
+import type { Reads } from '../../db/replica.js'
 import type { Metrics } from '../../metrics.js'
 import { RateLimited, Unauthorized, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
+import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { KeyWatch } from '../keys/key-watch.js'
 import type { EventBus } from './event-bus.js'
@@ -21,6 +23,8 @@ const REFUSED_WHILE_WAITING = 'This API key was revoked or expired, lost its rea
 
 export interface EventsRoutesOptions {
   db: Db
+  /** Where a read without `wait` may go: the read replica when it has caught up (see below). */
+  reads?: Reads
   bus: EventBus
   keyWatch: KeyWatch
   metrics: Metrics
@@ -28,7 +32,7 @@ export interface EventsRoutesOptions {
   waitingPlaces: WaitingPlaces
 }
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, bus, keyWatch, metrics, waitingPlaces }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, reads, bus, keyWatch, metrics, waitingPlaces }) => {
   const events = createEventsRepository(db)
   let waiting = 0
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
@@ -55,17 +59,27 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     // Each read takes one of the key's places at the request gate, like any database request,
     // and gives it back once read: the wait holds none, and neither does an answer its client is
     // slow to take (what that pins is bounded by MAX_ANSWER_BYTES instead).
-    const read = async () => {
+    const read = async (mayLag = false) => {
       const leave = await app.admit(req, reply, 'request')
       try {
         // Carries the key's check: once it is revoked (or expired, or its user deactivated),
         // the read finds nothing, and the key watch answers the wait 401.
+        if (mayLag && reads !== undefined) {
+          return await reads.run((replica) => createEventsRepository(replica).page(me, after, limit, MAX_ANSWER_BYTES, keyId), { arrivedAt: arrivalOf(reply) })
+        }
         return await events.page(me, after, limit, MAX_ANSWER_BYTES, keyId)
       } finally {
         leave()
       }
     }
-    let rows = await read()
+    // A read without `wait` may be served by the read replica. It skips nothing: the replica
+    // serves it only once it has replayed the primary as of the request's arrival (every
+    // event committed before it, and every acknowledgement the caller was answered), and a
+    // feed's events commit in id order (takeFeedIds holds the feed's row to commit) and so
+    // replay in id order, so what it sees of a feed is always a prefix, and `last` never passes
+    // an event still to come. A waiting read stays on the primary: it is woken by a NOTIFY the
+    // moment an event commits, and on the replica would then wait for replay as well.
+    let rows = await read(req.query.wait === undefined || req.query.wait === 0)
     // Subscribe before each read, so an event committed between the read and the wait still wakes us.
     while (rows.length === 0 && Date.now() < deadline && !bus.closing && !res.closed) {
       const subscription = bus.subscribe(me)

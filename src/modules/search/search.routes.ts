@@ -1,11 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { Db } from '../../db/client.js'
+import type { Reads } from '../../db/replica.js'
 import { principalOf } from '../../plugins/auth.js'
+import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { SearchBody, SearchResults } from './search.schemas.js'
 import { search } from './search.service.js'
 
-export const searchRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
+export const searchRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = async (app, { reads }) => {
   app.post('/search', {
     config: { admission: 'heavy' },
     schema: {
@@ -18,12 +19,12 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
       body: SearchBody,
       response: { 200: SearchResults, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
-  }, async (req) => search(db, {
+  }, async (req, reply) => search(reads, {
     viewer: principalOf(req).address,
     query: req.body.query,
     types: req.body.types,
     with: req.body.with,
     limit: req.body.limit ?? 50,
     cursor: req.body.cursor
-  }))
+  }, { arrivedAt: arrivalOf(reply) }))
 }

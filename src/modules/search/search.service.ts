@@ -1,6 +1,7 @@
 import { invalidCursor, isCursorTime } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
-import { TimeLimitExceeded, withinTimeLimit } from '../../db/time-limit.js'
+import type { ReadOptions, Reads } from '../../db/replica.js'
+import { TimeLimitExceeded } from '../../db/time-limit.js'
 import { Unavailable, ValidationFailed } from '../../errors.js'
 import { pageBudget } from '../../page-budget.js'
 import { isAddress, isGroupId, isMessageId } from '../../ids.js'
@@ -52,11 +53,12 @@ function decodeCursor (text: string): Cursor {
 /**
  * POST /search. Results come in a fixed order, messages (newest first), then users (by
  * address), then groups (by name), and a cursor records where a page stopped, so pages
- * neither overlap nor leave a gap.
+ * neither overlap nor leave a gap. Served by the read replica when there is one and it has
+ * caught up (src/db/replica.ts): the heaviest read there is.
  */
-export async function search (db: Db, input: SearchInput): Promise<{ results: SearchResult[], nextCursor: string | null }> {
+export async function search (reads: Reads, input: SearchInput, options: Pick<ReadOptions, 'arrivedAt'> = {}): Promise<{ results: SearchResult[], nextCursor: string | null }> {
   try {
-    return await withinTimeLimit(db, SEARCH_TIME_LIMIT_MS, (tx) => searchIn(tx, input))
+    return await reads.run((tx) => searchIn(tx, input), { ...options, timeLimitMs: SEARCH_TIME_LIMIT_MS })
   } catch (err) {
     if (err instanceof TimeLimitExceeded) {
       throw new Unavailable(`Search took longer than ${SEARCH_TIME_LIMIT_MS / 1000} s and was stopped; narrow it with longer or more words, or with \`with\``)
