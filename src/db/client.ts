@@ -65,7 +65,7 @@ export interface DatabaseOptions {
 }
 
 /** What stands between `DATABASE_URL` and PostgreSQL: a transaction pooler (PgBouncer), or nothing. */
-export type Pooler = 'transaction' | 'none'
+type Pooler = 'transaction' | 'none'
 
 export interface PostgresOptions {
   /**
