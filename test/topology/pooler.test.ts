@@ -6,11 +6,11 @@ import { sqlState } from '../../src/db/errors.js'
 import { transaction } from '../../src/db/retry.js'
 import { queryPrepared } from '../../src/db/rows.js'
 import { basic } from '../helper.js'
-import { usingPostgres } from '../support/databases.js'
+import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
 import { openStream } from '../support/event-stream.js'
 import { pgbouncerBin, startPgbouncer } from '../support/pgbouncer.js'
 import { makePng } from '../support/png.js'
-import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
+import { childDatabaseEnv, runCli, runCliInProcess, startServer } from '../support/processes.js'
 
 /**
  * The deployment of a managed PostgreSQL: three `parley serve` through one PgBouncer in
@@ -415,4 +415,25 @@ t.test('a transaction pooler left undeclared: named statements lost once, then u
     t.match(warnings[0] ?? '', /DATABASE_POOLER=transaction/)
     t.notMatch(server.output(), /"level":50/, 'no error logged')
   })
+})
+
+t.test('parley migrate from three hosts at once, with the pooler as DATABASE_URL', { skip }, async (t) => {
+  // The migrations' advisory lock is a session's: through the pooler, a lock and its unlock
+  // went to different server connections, and a lock left behind held every later migrator.
+  const empty = await emptyPostgresDatabase()
+  t.teardown(() => empty.drop())
+  const bouncer = await startPgbouncer(empty.url, { poolSize: 4 })
+  t.teardown(() => bouncer.stop())
+  const env = { DATABASE_URL: bouncer.url, DATABASE_DIRECT_URL: empty.url }
+  const runs = await Promise.all([0, 1, 2].map(() => runCli(['migrate', '--json'], env)))
+  for (const run of runs) t.equal(run.code, 0, run.stderr)
+  const applied = runs.flatMap((run) => run.code === 0 ? (JSON.parse(run.stdout) as { applied: string[] }).applied : [])
+  t.ok(applied.length > 0 && new Set(applied).size === applied.length, `each of ${applied.length} migrations applied once`)
+  const again = await runCli(['migrate', '--json'], env)
+  t.same(JSON.parse(again.stdout), { applied: [] }, 'then nothing to apply')
+  const admin = new pg.Client({ connectionString: empty.url })
+  await admin.connect()
+  t.teardown(() => admin.end())
+  const { rows } = await admin.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+  t.equal(rows[0]!.n, 0, 'no advisory lock left behind on any server connection')
 })
