@@ -8,7 +8,8 @@
  * the service on PostgreSQL itself, named statements), `unnamed` (the same, with the unnamed
  * statements a transaction pooler needs: DATABASE_POOLER=transaction), or `pgbouncer` (through a
  * PgBouncer in transaction mode the bench starts, one server connection per service connection;
- * LISTEN and migrations direct). BENCH_ONLY=sends runs scenarios 1-3 alone, without pgbench.
+ * LISTEN and migrations direct). BENCH_ONLY: a comma-separated list of `sends` (scenarios 1-3)
+ * and `wake` (4 and 10): only those, without pgbench, into bench/results/<date>-<list>-<pooler>.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
@@ -33,9 +34,9 @@ const POLLERS = 1_000
 const IDLE_POLLS = 5_000
 const POLLS_PER_KEY = 10
 const POOLER = process.env.BENCH_POOLER ?? 'none'
-const ONLY_SENDS = process.env.BENCH_ONLY === 'sends'
+const ONLY = process.env.BENCH_ONLY === undefined ? undefined : new Set(process.env.BENCH_ONLY.split(','))
 if (!['none', 'unnamed', 'pgbouncer'].includes(POOLER)) throw new Error('BENCH_POOLER must be none, unnamed or pgbouncer')
-if (process.env.BENCH_ONLY !== undefined && !ONLY_SENDS) throw new Error('BENCH_ONLY must be sends (or unset)')
+if (ONLY !== undefined && (ONLY.size === 0 || [...ONLY].some((part) => part !== 'sends' && part !== 'wake'))) throw new Error('BENCH_ONLY must list sends, wake or both (or be unset)')
 /** The service's pool (its default), and PgBouncer's server connections for it. */
 const POOL_SIZE = 10
 
@@ -85,7 +86,7 @@ async function main (): Promise<void> {
   let bouncer: Pgbouncer | undefined
   try {
     process.stdout.write('setting up users, keys and groups… ')
-    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: ONLY_SENDS ? 0 : POLLERS, idlers: ONLY_SENDS ? 0 : IDLE_POLLS / POLLS_PER_KEY })
+    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: ONLY === undefined || ONLY.has('wake') ? POLLERS : 0, idlers: ONLY === undefined ? IDLE_POLLS / POLLS_PER_KEY : 0 })
     console.log('done')
     if (POOLER === 'pgbouncer') bouncer = await startPgbouncer(database.url, { poolSize: POOL_SIZE })
     const pooled: Record<string, string> = bouncer === undefined ? {} : { DATABASE_DIRECT_URL: database.url }
@@ -102,22 +103,43 @@ async function main (): Promise<void> {
     console.log(`the service on ${bouncer === undefined ? 'PostgreSQL directly' : 'PgBouncer (transaction mode)'}, ${POOLER === 'none' ? 'named' : 'unnamed'} statements`)
     const url = service.url
     const rows: HttpRow[] = []
-    if (ONLY_SENDS) {
-      for (const connections of [10, 50]) {
-        console.log(`scenario 1: POST /v2/message JSON, ${connections} connections`)
-        rows.push({ scenario: '1. send, JSON, 1:1', connections, ...await load(url, connections, (i) => jsonSend(f.senders[i]!, f.receivers[i]!.address)) })
+    if (ONLY !== undefined) {
+      // First, as in the whole run: the LISTEN count reads the connection's last statement, the
+      // heartbeat's SELECT 1 once LISTEN_HEARTBEAT_MS has passed since the start.
+      let wake: Awaited<ReturnType<typeof wakeUpLatency>> | undefined
+      let streams: Awaited<ReturnType<typeof streamWakeUp>> | undefined
+      if (ONLY.has('wake')) {
+        console.log('scenario 4: long-poll wake-up, 1,000 pollers')
+        wake = await wakeUpLatency(url, database.url, f.pollers, f.senders)
+        console.log('scenario 10: event-stream wake-up, 1,000 streams')
+        streams = await streamWakeUp(url, f.pollers, f.senders)
       }
-      console.log('scenario 2: POST /v2/message multipart with a 10 KiB image, 50 connections')
-      rows.push({ scenario: '2. send, multipart, 10 KiB image', connections: 50, ...await load(url, 50, (i) => multipartSend(f.senders[i]!, f.receivers[i]!.address)) })
-      console.log('scenario 3: group message to 20 members, 50 connections')
-      rows.push({ scenario: '3. send to a group of 20', connections: PAIRS, ...await load(url, PAIRS, (i) => jsonSend(f.groups[i]!.sender, f.groups[i]!.id)) })
+      if (ONLY.has('sends')) {
+        for (const connections of [10, 50]) {
+          console.log(`scenario 1: POST /v2/message JSON, ${connections} connections`)
+          rows.push({ scenario: '1. send, JSON, 1:1', connections, ...await load(url, connections, (i) => jsonSend(f.senders[i]!, f.receivers[i]!.address)) })
+        }
+        console.log('scenario 2: POST /v2/message multipart with a 10 KiB image, 50 connections')
+        rows.push({ scenario: '2. send, multipart, 10 KiB image', connections: 50, ...await load(url, 50, (i) => multipartSend(f.senders[i]!, f.receivers[i]!.address)) })
+        console.log('scenario 3: group message to 20 members, 50 connections')
+        rows.push({ scenario: '3. send to a group of 20', connections: PAIRS, ...await load(url, PAIRS, (i) => jsonSend(f.groups[i]!.sender, f.groups[i]!.id)) })
+      }
       console.log('')
       console.log(`| scenario (BENCH_POOLER=${POOLER}) | connections | requests/s | p50 | p99 | errors |`)
       console.log('|---|---|---|---|---|---|')
       for (const r of rows) console.log(`| ${r.scenario} | ${r.connections} | ${r.rps.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.errors} |`)
-      const file = join(ROOT, 'bench', 'results', `${started.toISOString().slice(0, 10)}-sends-${POOLER}.json`)
+      if (wake !== undefined) console.log(`| 4. long-poll wake-up, ${wake.pollers} pollers, from the send's 200 | | | ${ms(wake.afterSend.p50)} | ${ms(wake.afterSend.p99)} | LISTEN connections: ${wake.listenConnections} |`)
+      if (streams !== undefined) console.log(`| 10. event-stream wake-up, ${streams.streams} streams, from the send's 200 | | | ${ms(streams.afterSend.p50)} | ${ms(streams.afterSend.p99)} | |`)
+      const file = join(ROOT, 'bench', 'results', `${started.toISOString().slice(0, 10)}-${[...ONLY].join('-')}-${POOLER}.json`)
       mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true })
-      writeFileSync(file, JSON.stringify({ startedAt: started.toISOString(), machine: await machine(database.url), settings: { seconds: SECONDS, warmupSeconds: WARMUP, pairs: PAIRS, pooler: POOLER, poolSize: POOL_SIZE }, http: rows }, null, 2) + '\n')
+      writeFileSync(file, JSON.stringify({
+        startedAt: started.toISOString(),
+        machine: await machine(database.url),
+        settings: { seconds: SECONDS, warmupSeconds: WARMUP, pairs: PAIRS, pooler: POOLER, poolSize: POOL_SIZE },
+        http: rows,
+        wakeUp: wake,
+        streams
+      }, null, 2) + '\n')
       console.log(`\nwrote ${file}`)
       return
     }

@@ -282,6 +282,8 @@ t.test('three instances through PgBouncer in transaction mode', { skip }, async 
   t.ok(p99(streamWakes) < WAKE_BOUND_MS, `event-stream wake-up p99 ${p99(streamWakes).toFixed(1)} ms < ${WAKE_BOUND_MS} ms`)
   t.same(unexpected, [], 'no errors in the wake-up trials')
 
+  const metrics = await (await fetch(`${urls[0]}/metrics`)).text()
+  t.match(metrics, /^parley_db_named_statements 0$/m, 'unnamed statements, as DATABASE_POOLER=auto made out from the two URLs')
   for (const s of servers) t.notMatch(s.output(), /"level":50|prepared statement/, 'no error logged')
 })
 
@@ -377,6 +379,7 @@ t.test('a transaction pooler left undeclared: named statements lost once, then u
     await ownHolder.query('SELECT 1')
     const second = await keyed(2)
     await ownHolder.query('ROLLBACK')
+    t.match(await (await fetch(`${server.url}/metrics`)).text(), /^parley_db_named_statements 0$/m, '/metrics says so')
     t.equal(second.status, 200, `the next, on the other server connection, is written again, not answered 500${second.status === 200 ? '' : ` (${second.text.slice(0, 200)})`}`)
 
     const send = async (i: number) => {
