@@ -421,8 +421,7 @@ t.test('a transaction pooler left undeclared: named statements lost once, then u
 })
 
 t.test('parley migrate from three hosts at once, with the pooler as DATABASE_URL', { skip }, async (t) => {
-  // The migrations' advisory lock is a session's: through the pooler, a lock and its unlock
-  // went to different server connections, and a lock left behind held every later migrator.
+  // The migrations' advisory lock is a session's: see the next test for what the pooler did to it.
   const empty = await emptyPostgresDatabase()
   t.teardown(() => empty.drop())
   const bouncer = await startPgbouncer(empty.url, { poolSize: 4 })
@@ -439,4 +438,36 @@ t.test('parley migrate from three hosts at once, with the pooler as DATABASE_URL
   t.teardown(() => admin.end())
   const { rows } = await admin.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
   t.equal(rows[0]!.n, 0, 'no advisory lock left behind on any server connection')
+})
+
+t.test('the migrations\' session lock: through the pooler it is left behind; on the direct URL it is not', { skip }, async (t) => {
+  const direct = (await childDatabaseEnv(t)).DATABASE_URL!
+  const bouncer = await startPgbouncer(direct, { poolSize: 2 })
+  t.teardown(() => bouncer.stop())
+  const admin = new pg.Client({ connectionString: direct })
+  await admin.connect()
+  t.teardown(() => admin.end())
+  const held = async () => (await admin.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")).rows[0]!.n
+  // While the lock is held, other work takes the server connection the lock statement ran on
+  // (PgBouncer lends the most recently freed one first), as a busy deployment's traffic does.
+  const other = new pg.Client({ connectionString: bouncer.url })
+  await other.connect()
+  t.teardown(() => other.end())
+  const busyMeanwhile = async () => {
+    await other.query('BEGIN')
+    await other.query('SELECT 1')
+  }
+  for (const [how, options] of [['the pooler alone', {}], ['DATABASE_DIRECT_URL', { directUrl: direct }]] as const) {
+    const database = await connectPostgres(bouncer.url, 2, options)
+    await database.withLock(4242, busyMeanwhile)
+    await other.query('ROLLBACK')
+    const left = await held()
+    if (how === 'the pooler alone') t.equal(left, 1, 'through the pooler alone: the unlock ran on another server connection, and the lock is still held by the first')
+    else t.equal(left, 0, 'with DATABASE_DIRECT_URL: the lock lived and ended on a connection of its own')
+    await database.close()
+    // The lock left behind lives as long as PgBouncer's server connection: end them.
+    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = \'advisory\' AND objid = 4242 AND pid <> pg_backend_pid()')
+    for (let i = 0; i < 250 && await held() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+  }
 })
