@@ -4,13 +4,19 @@
  * with. Prints a table and writes bench/results/<date>.json. See BENCHMARKS.md.
  *
  * Environment: BENCH_DATABASE_URL (an admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
- * BENCH_SECONDS (10) and BENCH_WARMUP_SECONDS (3) per scenario.
+ * BENCH_SECONDS (10) and BENCH_WARMUP_SECONDS (3) per scenario. BENCH_POOLER: `none` (default:
+ * the service on PostgreSQL itself, named statements), `unnamed` (the same, with the unnamed
+ * statements a transaction pooler needs: DATABASE_POOLER=transaction), or `pgbouncer` (through a
+ * PgBouncer in transaction mode the bench starts, one server connection per service connection;
+ * LISTEN and migrations direct). BENCH_ONLY: a comma-separated list of `sends` (scenarios 1-3)
+ * and `wake` (4 and 10): only those, without pgbench, into bench/results/<date>-<list>-<pooler>.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import pg from 'pg'
+import { startPgbouncer, type Pgbouncer } from '../test/support/pgbouncer.js'
 import { createFixtures, freshDatabase, ROOT, startService } from './fixtures.js'
 import { pgbench, type PgbenchResult } from './pgbench.js'
 import { noisyNeighbours } from './neighbours.js'
@@ -27,6 +33,12 @@ const PAIRS = 50
 const POLLERS = 1_000
 const IDLE_POLLS = 5_000
 const POLLS_PER_KEY = 10
+const POOLER = process.env.BENCH_POOLER ?? 'none'
+const ONLY = process.env.BENCH_ONLY === undefined ? undefined : new Set(process.env.BENCH_ONLY.split(','))
+if (!['none', 'unnamed', 'pgbouncer'].includes(POOLER)) throw new Error('BENCH_POOLER must be none, unnamed or pgbouncer')
+if (ONLY !== undefined && (ONLY.size === 0 || [...ONLY].some((part) => part !== 'sends' && part !== 'wake'))) throw new Error('BENCH_ONLY must list sends, wake or both (or be unset)')
+/** The service's pool (its default), and PgBouncer's server connections for it. */
+const POOL_SIZE = 10
 
 interface HttpRow { scenario: string, connections: number, rps: number, p50: number, p99: number, errors: number, limit?: PgbenchResult }
 
@@ -71,15 +83,66 @@ async function main (): Promise<void> {
   const started = new Date()
   const database = await freshDatabase(ADMIN_URL)
   let service: Awaited<ReturnType<typeof startService>> | undefined
+  let bouncer: Pgbouncer | undefined
   try {
     process.stdout.write('setting up users, keys and groups… ')
-    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: POLLERS, idlers: IDLE_POLLS / POLLS_PER_KEY })
+    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: ONLY === undefined || ONLY.has('wake') ? POLLERS : 0, idlers: ONLY === undefined ? IDLE_POLLS / POLLS_PER_KEY : 0 })
     console.log('done')
-    service = await startService(database.url, {
-      LOG_LEVEL: 'warn', RATE_LIMIT_PER_SECOND: '1000000', MAX_LONG_POLLS_PER_KEY: String(POLLS_PER_KEY), WEBHOOK_ALLOW_PRIVATE: 'true'
+    if (POOLER === 'pgbouncer') bouncer = await startPgbouncer(database.url, { poolSize: POOL_SIZE })
+    const pooled: Record<string, string> = bouncer === undefined ? {} : { DATABASE_DIRECT_URL: database.url }
+    const unnamed: Record<string, string> = POOLER === 'unnamed' ? { DATABASE_DIRECT_URL: database.url, DATABASE_POOLER: 'transaction' } : {}
+    service = await startService(bouncer?.url ?? database.url, {
+      LOG_LEVEL: 'warn',
+      RATE_LIMIT_PER_SECOND: '1000000',
+      MAX_LONG_POLLS_PER_KEY: String(POLLS_PER_KEY),
+      WEBHOOK_ALLOW_PRIVATE: 'true',
+      DATABASE_POOL_SIZE: String(POOL_SIZE),
+      ...pooled,
+      ...unnamed
     })
+    console.log(`the service on ${bouncer === undefined ? 'PostgreSQL directly' : 'PgBouncer (transaction mode)'}, ${POOLER === 'none' ? 'named' : 'unnamed'} statements`)
     const url = service.url
     const rows: HttpRow[] = []
+    if (ONLY !== undefined) {
+      // First, as in the whole run: the LISTEN count reads the connection's last statement, the
+      // heartbeat's SELECT 1 once LISTEN_HEARTBEAT_MS has passed since the start.
+      let wake: Awaited<ReturnType<typeof wakeUpLatency>> | undefined
+      let streams: Awaited<ReturnType<typeof streamWakeUp>> | undefined
+      if (ONLY.has('wake')) {
+        console.log('scenario 4: long-poll wake-up, 1,000 pollers')
+        wake = await wakeUpLatency(url, database.url, f.pollers, f.senders)
+        console.log('scenario 10: event-stream wake-up, 1,000 streams')
+        streams = await streamWakeUp(url, f.pollers, f.senders)
+      }
+      if (ONLY.has('sends')) {
+        for (const connections of [10, 50]) {
+          console.log(`scenario 1: POST /v2/message JSON, ${connections} connections`)
+          rows.push({ scenario: '1. send, JSON, 1:1', connections, ...await load(url, connections, (i) => jsonSend(f.senders[i]!, f.receivers[i]!.address)) })
+        }
+        console.log('scenario 2: POST /v2/message multipart with a 10 KiB image, 50 connections')
+        rows.push({ scenario: '2. send, multipart, 10 KiB image', connections: 50, ...await load(url, 50, (i) => multipartSend(f.senders[i]!, f.receivers[i]!.address)) })
+        console.log('scenario 3: group message to 20 members, 50 connections')
+        rows.push({ scenario: '3. send to a group of 20', connections: PAIRS, ...await load(url, PAIRS, (i) => jsonSend(f.groups[i]!.sender, f.groups[i]!.id)) })
+      }
+      console.log('')
+      console.log(`| scenario (BENCH_POOLER=${POOLER}) | connections | requests/s | p50 | p99 | errors |`)
+      console.log('|---|---|---|---|---|---|')
+      for (const r of rows) console.log(`| ${r.scenario} | ${r.connections} | ${r.rps.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.errors} |`)
+      if (wake !== undefined) console.log(`| 4. long-poll wake-up, ${wake.pollers} pollers, from the send's 200 | | | ${ms(wake.afterSend.p50)} | ${ms(wake.afterSend.p99)} | LISTEN connections: ${wake.listenConnections} |`)
+      if (streams !== undefined) console.log(`| 10. event-stream wake-up, ${streams.streams} streams, from the send's 200 | | | ${ms(streams.afterSend.p50)} | ${ms(streams.afterSend.p99)} | |`)
+      const file = join(ROOT, 'bench', 'results', `${started.toISOString().slice(0, 10)}-${[...ONLY].join('-')}-${POOLER}.json`)
+      mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true })
+      writeFileSync(file, JSON.stringify({
+        startedAt: started.toISOString(),
+        machine: await machine(database.url),
+        settings: { seconds: SECONDS, warmupSeconds: WARMUP, pairs: PAIRS, pooler: POOLER, poolSize: POOL_SIZE },
+        http: rows,
+        wakeUp: wake,
+        streams
+      }, null, 2) + '\n')
+      console.log(`\nwrote ${file}`)
+      return
+    }
 
     console.log('scenario 4: long-poll wake-up, 1,000 pollers')
     const wake = await wakeUpLatency(url, database.url, f.pollers, f.senders)
@@ -166,6 +229,7 @@ async function main (): Promise<void> {
     console.log(`\nwrote ${file}`)
   } finally {
     await service?.stop()
+    await bouncer?.stop()
     await database.drop()
   }
 }

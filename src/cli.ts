@@ -95,7 +95,7 @@ function parseAddress (value: string | undefined): string {
  * against an old schema rather than fail half-way.
  */
 async function withDatabase<T> (config: Config, command: string, fn: (database: Database) => Promise<T>): Promise<T> {
-  const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command, poolSize: 2 })
+  const database = await openDatabase({ databaseUrl: config.databaseUrl, directUrl: config.databaseDirectUrl, pooler: config.databasePooler, dataDir: config.dataDir, command, poolSize: 2 })
   try {
     if (database.driver === 'pglite') {
       await migrateDatabase(database)
@@ -204,7 +204,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       return serve(config)
 
     case 'migrate': {
-      const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command: 'migrate', poolSize: 2 })
+      const database = await openDatabase({ databaseUrl: config.databaseUrl, directUrl: config.databaseDirectUrl, pooler: config.databasePooler, dataDir: config.dataDir, command: 'migrate', poolSize: 2 })
       try {
         const applied = await migrateDatabase(database)
         print(out, { applied }, applied.length === 0

@@ -20,6 +20,17 @@ const ConfigSchema = Type.Object({
   DATABASE_POOL_SIZE: Int(1, 1000, 10, 'an integer from 1 to 1000'),
   // How often the LISTEN connection is checked with SELECT 1 (and how long it may take).
   LISTEN_HEARTBEAT_MS: Int(100, 3_600_000, 15_000, 'an integer number of milliseconds from 100 to 3600000'),
+  // A session connection for LISTEN and migrations when DATABASE_URL is a transaction pooler.
+  DATABASE_DIRECT_URL: Type.Optional(Type.String({
+    pattern: '^postgres(ql)?://',
+    description: 'a PostgreSQL connection URL that reaches the server directly, not through a transaction pooler (postgres://user:password@host:5432/db)'
+  })),
+  // Whether DATABASE_URL is a transaction pooler such as PgBouncer (no named statements through
+  // it); auto: when DATABASE_DIRECT_URL is set and differs from DATABASE_URL.
+  DATABASE_POOLER: Type.Union([Type.Literal('auto'), Type.Literal('transaction'), Type.Literal('none')], {
+    default: 'auto',
+    description: 'one of auto, transaction, none'
+  }),
   DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'a directory path for the embedded database' }),
   DATABASE_READ_URL: Type.Optional(Type.String({
     pattern: '^postgres(ql)?://',
@@ -64,7 +75,7 @@ const ConfigSchema = Type.Object({
 type Env = Static<typeof ConfigSchema>
 
 /** Variables whose values may hold credentials: never echoed back in an error. */
-const SECRET_VARIABLES = new Set(['DATABASE_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY', 'DATABASE_READ_URL'])
+const SECRET_VARIABLES = new Set(['DATABASE_URL', 'DATABASE_DIRECT_URL', 'DATABASE_READ_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY'])
 
 type TrustProxy = boolean | number | string[]
 
@@ -78,6 +89,10 @@ export interface Config {
   databasePoolSize: number
   /** How often the LISTEN connection must answer SELECT 1 (and within how long) to be kept. */
   listenHeartbeatMs: number
+  /** The session connection for LISTEN and migrations; undefined: databaseUrl's. */
+  databaseDirectUrl: string | undefined
+  /** 'transaction': databaseUrl is a transaction pooler (unnamed statements only). */
+  databasePooler: 'transaction' | 'none'
   dataDir: string
   /** A streaming replica for reads that may be served from it (src/db/replica.ts); undefined: none. */
   databaseReadUrl: string | undefined
@@ -161,11 +176,22 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
       problems.push(`${name} must be ${schema.description ?? 'valid'}${shown}`)
     }
   }
+  if (raw.DATABASE_URL === undefined) {
+    // Without DATABASE_URL the database is embedded: no pooler, and nothing to connect to.
+    if (raw.DATABASE_DIRECT_URL !== undefined) problems.push('DATABASE_DIRECT_URL is set without DATABASE_URL; set both, or neither for the embedded database')
+    if (raw.DATABASE_POOLER === 'transaction') problems.push('DATABASE_POOLER=transaction needs DATABASE_URL (the pooler) and DATABASE_DIRECT_URL')
+  } else if (raw.DATABASE_POOLER === 'transaction' && raw.DATABASE_DIRECT_URL === undefined) {
+    // LISTEN and the migrations' lock are session state: through the pooler they would be lost.
+    problems.push('DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL, a connection that bypasses the pooler (for LISTEN and migrations)')
+  }
   // A replica of what? The embedded database has none.
   if (raw.DATABASE_READ_URL !== undefined && raw.DATABASE_URL === undefined) problems.push('DATABASE_READ_URL needs DATABASE_URL (a replica of the PostgreSQL it names)')
   if (problems.length > 0) throw new ConfigError(`Invalid configuration: ${problems.join('; ')}`)
 
   const e = Value.Default(ConfigSchema, raw) as Env
+  const pooler = e.DATABASE_POOLER === 'auto'
+    ? e.DATABASE_DIRECT_URL !== undefined && e.DATABASE_DIRECT_URL !== e.DATABASE_URL ? 'transaction' : 'none'
+    : e.DATABASE_POOLER
   return {
     host: e.HOST,
     port: e.PORT,
@@ -173,6 +199,8 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,
     listenHeartbeatMs: e.LISTEN_HEARTBEAT_MS,
+    databaseDirectUrl: e.DATABASE_DIRECT_URL,
+    databasePooler: pooler,
     dataDir: e.DATA_DIR,
     databaseReadUrl: e.DATABASE_READ_URL,
     databaseReadMaxWaitMs: e.DATABASE_READ_MAX_WAIT_MS,

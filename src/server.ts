@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
+import { loggableError } from './db/errors.js'
 import { migrateDatabase } from './db/migrate.js'
 import { METRICS_CONTENT_TYPE } from './modules/health/health.routes.js'
 import { demoBanner, seedDemoKey } from './modules/keys/demo.js'
@@ -66,13 +67,27 @@ async function listenForMetrics (app: FastifyInstance, host: string, port: numbe
  * `parley migrate`), makes sure the bot user exists, and listens.
  */
 export async function startService (config: Config, options: StartOptions = {}): Promise<RunningService> {
-  const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, command: 'serve', poolSize: config.databasePoolSize, listenHeartbeatMs: config.listenHeartbeatMs })
+  const database = await openDatabase({
+    databaseUrl: config.databaseUrl,
+    directUrl: config.databaseDirectUrl,
+    pooler: config.databasePooler,
+    dataDir: config.dataDir,
+    command: 'serve',
+    poolSize: config.databasePoolSize,
+    listenHeartbeatMs: config.listenHeartbeatMs
+  })
   let app: FastifyInstance | undefined
   try {
     const applied = await migrateDatabase(database)
     await createUsersRepository(database.db).ensureBot(config.testBotAddress)
     app = await buildApp({ config, database, logStream: options.logStream })
     app.addHook('onClose', async () => { await database.close() })
+    const log = app.log
+    database.onStatementsLost((err) => {
+      log.warn({ err: loggableError(err) }, 'a named prepared statement was not found on its connection: DATABASE_URL looks like a ' +
+        'transaction pooler; this process uses unnamed statements from now on. Set DATABASE_POOLER=transaction and ' +
+        'DATABASE_DIRECT_URL (a connection past the pooler), or LISTEN and migrations go through the pooler too')
+    })
     if (applied.length > 0) app.log.info({ migrations: applied }, 'applied migrations')
 
     // Before listening, so a server that answers has its demo key (the banner needs the port).

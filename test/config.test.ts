@@ -8,6 +8,8 @@ t.test('defaults follow API.md §8 and §2', async (t) => {
     databaseUrl: undefined,
     databasePoolSize: 10,
     listenHeartbeatMs: 15_000,
+    databaseDirectUrl: undefined,
+    databasePooler: 'none',
     dataDir: './data',
     databaseReadMaxWaitMs: 50,
     redisUrl: undefined,
@@ -113,6 +115,29 @@ t.test('DATABASE_URL_FILE and REDIS_URL_FILE read secrets from files (Docker sec
   const refused = (() => { try { loadConfig({ DATABASE_URL_FILE: `${bad}/db` }) } catch (err) { return (err as Error).message } })()
   t.match(refused, /^Invalid configuration: DATABASE_URL must be a PostgreSQL connection URL/)
   t.notMatch(refused, /hunter2/, 'a bad secret is named, never echoed')
+})
+
+t.test('DATABASE_DIRECT_URL and DATABASE_POOLER (API.md §12): a pooler in front, a session connection past it', async (t) => {
+  const pooled = 'postgres://parley:s3cret@pgbouncer:6432/parley'
+  const direct = 'postgres://parley:s3cret@db:5432/parley'
+  t.match(loadConfig({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: direct }), { databaseUrl: pooled, databaseDirectUrl: direct, databasePooler: 'transaction' },
+    'auto: a direct URL other than DATABASE_URL means DATABASE_URL is a transaction pooler')
+  t.match(loadConfig({ DATABASE_URL: direct, DATABASE_DIRECT_URL: direct }), { databasePooler: 'none' }, 'auto: the same URL twice is no pooler')
+  t.match(loadConfig({ DATABASE_URL: direct }), { databaseDirectUrl: undefined, databasePooler: 'none' }, 'auto: no direct URL, no pooler')
+  t.match(loadConfig({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: direct, DATABASE_POOLER: 'none' }), { databasePooler: 'none' }, 'none overrides auto (a session pooler)')
+  t.match(loadConfig({ DATABASE_URL: direct, DATABASE_DIRECT_URL: direct, DATABASE_POOLER: 'transaction' }), { databasePooler: 'transaction' }, 'transaction is taken as said')
+
+  const refusal = (env: Record<string, string>) => { try { loadConfig(env); return '' } catch (err) { return (err as Error).message } }
+  t.match(refusal({ DATABASE_URL: pooled, DATABASE_POOLER: 'transaction' }), /^Invalid configuration: DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL/,
+    'a transaction pooler without a way past it for LISTEN and migrations is refused at start')
+  t.match(refusal({ DATABASE_DIRECT_URL: direct }), /DATABASE_DIRECT_URL is set without DATABASE_URL/)
+  t.match(refusal({ DATABASE_URL: pooled, DATABASE_POOLER: 'session' }), /DATABASE_POOLER must be one of auto, transaction, none \(got "session"\)/)
+  const bad = refusal({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: 'mysql://root:hunter2@db/x' })
+  t.match(bad, /DATABASE_DIRECT_URL must be a PostgreSQL connection URL/)
+  t.notMatch(bad, /hunter2/, 'a bad direct URL is named, never echoed')
+
+  const dir = t.testdir({ direct: `${direct}\n` })
+  t.equal(loadConfig({ DATABASE_URL: pooled, DATABASE_DIRECT_URL_FILE: `${dir}/direct` }).databaseDirectUrl, direct, 'DATABASE_DIRECT_URL_FILE (Docker secrets)')
 })
 
 t.test('WEBHOOK_SECRETS_KEY: 32 bytes as hex, from the environment or a file, never echoed', async (t) => {

@@ -9,6 +9,7 @@ import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator'
 import pg from 'pg'
 import { lockDataDirectory } from './embedded-lock.js'
+import { setStatementPolicy, type StatementPolicy } from './rows.js'
 import * as schema from './schema.js'
 
 /** The Drizzle database both drivers share; repositories take this (or a transaction). */
@@ -36,6 +37,12 @@ export interface Database {
   stats(): { total: number, idle: number, waiting: number }
   /** Resolves when the database answers a trivial query. */
   ping(): Promise<void>
+  /**
+   * Whether the hottest statements run as named prepared statements: not through a
+   * transaction pooler, nor once one was found lost (then `onStatementsLost` listeners hear it).
+   */
+  readonly namedStatements: boolean
+  onStatementsLost(listener: (err: unknown) => void): void
   close(): Promise<void>
 }
 
@@ -53,9 +60,25 @@ export interface DatabaseOptions {
   poolSize?: number
   /** See PostgresOptions. */
   listenHeartbeatMs?: number
+  directUrl?: string | undefined
+  pooler?: Pooler
 }
 
+/** What stands between `DATABASE_URL` and PostgreSQL: a transaction pooler (PgBouncer), or nothing. */
+type Pooler = 'transaction' | 'none'
+
 export interface PostgresOptions {
+  /**
+   * A session connection to the same database (`DATABASE_DIRECT_URL`), for what a transaction
+   * pooler cannot carry: LISTEN and the session advisory lock of migrations. Default: `url`.
+   */
+  directUrl?: string | undefined
+  /**
+   * 'transaction': `url` is a transaction pooler, so every statement is unnamed (a named one
+   * lives on one server connection, and the pooler gives the next transaction another).
+   * Default 'none'; a pooler left undeclared is noticed at the first lost statement.
+   */
+  pooler?: Pooler
   /**
    * How often the LISTEN connection proves it is alive with a `SELECT 1`, which must answer
    * within the same time. A half-open connection (a peer or a middlebox gone without a word)
@@ -81,6 +104,12 @@ async function endWithin (c: pg.Client, ms: number): Promise<void> {
 
 export async function connectPostgres (url: string, poolSize = 10, options: PostgresOptions = {}): Promise<Database> {
   const heartbeatMs = options.listenHeartbeatMs ?? DEFAULT_LISTEN_HEARTBEAT_MS
+  const directUrl = options.directUrl ?? url
+  const lostListeners = new Set<(err: unknown) => void>()
+  const statements: StatementPolicy = {
+    named: options.pooler !== 'transaction',
+    onLost: (err) => { for (const listener of lostListeners) listener(err) }
+  }
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
@@ -94,7 +123,11 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
   // pool listens only while the client is idle. With a listener on every client, a connection
   // dropped mid-transaction fails that transaction (503) and the pool replaces the client.
   pool.on('error', () => {})
-  pool.on('connect', (client) => { client.on('error', () => {}) })
+  pool.on('connect', (client) => {
+    client.on('error', () => {})
+    setStatementPolicy(client, statements)
+  })
+  setStatementPolicy(pool, statements)
   const db: Db = drizzlePg({ client: pool, schema })
   // Listening connections are the pool's peers, not its members; close() must end them.
   const listeners = new Set<() => Promise<void>>()
@@ -103,7 +136,13 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
     driver: 'pg',
     created: false,
     async withLock (lockKey, fn) {
-      const client = await pool.connect()
+      // A session lock is held by a server connection: through a transaction pooler, the lock
+      // and its unlock would each go to whichever connection is free, and a lock left on one
+      // would stop every later migration. A direct URL of its own gets a connection of its own.
+      const own = directUrl === url ? undefined : new pg.Client({ connectionString: directUrl, connectionTimeoutMillis: 5_000, keepAlive: true })
+      own?.on('error', () => {})
+      await own?.connect()
+      const client = own ?? await pool.connect()
       try {
         await client.query('SELECT pg_advisory_lock($1)', [lockKey])
         try {
@@ -113,7 +152,8 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
           await client.query('SELECT pg_advisory_unlock($1)', [lockKey])
         }
       } finally {
-        client.release()
+        if (own === undefined) (client as pg.PoolClient).release()
+        else await endWithin(own, 5_000)
       }
     },
     async listen (channel, onNotify, onReconnect) {
@@ -132,7 +172,9 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
       }
       const connect = async (attempt: number): Promise<void> => {
         // Its own connection, outside the pool: held for good, with its own keepalive.
-        const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000, keepAlive: true })
+        // LISTEN is session state: through a transaction pooler it would be registered on a
+        // server connection that is then lent to others, and notifications would go nowhere.
+        const c = new pg.Client({ connectionString: directUrl, connectionTimeoutMillis: 5_000, keepAlive: true })
         c.on('error', () => drop(c))
         c.on('notification', (msg) => { if (msg.channel === channel) onNotify(msg.payload ?? '') })
         try {
@@ -186,6 +228,8 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
     async ping () {
       await pool.query('SELECT 1')
     },
+    get namedStatements () { return statements.named },
+    onStatementsLost (listener) { lostListeners.add(listener) },
     async close () {
       await Promise.all([...listeners].map((stop) => stop()))
       await pool.end()
@@ -228,6 +272,8 @@ export function wrapPglite (client: PGlite, options: { created?: boolean, onClos
     async ping () {
       await db.execute(sql`SELECT 1`)
     },
+    namedStatements: true,
+    onStatementsLost () {},
     async close () {
       try {
         await client.close()
@@ -253,7 +299,9 @@ async function openEmbedded (dataDir: string, command = 'serve'): Promise<Databa
 /** `DATABASE_URL` set: PostgreSQL through `pg`; unset: embedded PGlite under the data directory. */
 export async function openDatabase (options: DatabaseOptions): Promise<Database> {
   if (options.databaseUrl !== undefined) {
-    return connectPostgres(options.databaseUrl, options.poolSize, { listenHeartbeatMs: options.listenHeartbeatMs })
+    return connectPostgres(options.databaseUrl, options.poolSize, {
+      listenHeartbeatMs: options.listenHeartbeatMs, directUrl: options.directUrl, pooler: options.pooler
+    })
   }
   return openEmbedded(options.dataDir, options.command)
 }

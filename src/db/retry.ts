@@ -1,5 +1,6 @@
 import type { Db } from './client.js'
 import { sqlState } from './errors.js'
+import { isStatementLost } from './rows.js'
 
 /** SQLSTATEs that mean "run the transaction again": serialization failure and deadlock. */
 const RETRYABLE = new Set(['40001', '40P01'])
@@ -14,12 +15,14 @@ const MAX_DELAY_MS = 250
 
 function isRetryable (err: unknown): boolean {
   const state = sqlState(err)
-  return state !== undefined && RETRYABLE.has(state)
+  // A named statement lost through an undeclared pooler aborted the transaction before it did
+  // anything; its database runs unnamed statements from then on (rows.ts), so a run again works.
+  return state !== undefined && (RETRYABLE.has(state) || isStatementLost(err))
 }
 
 /**
  * Runs `work` again when the database aborted it as a deadlock victim or a serialization
- * failure: those are the database's way of asking for a retry, never the client's fault, so
+ * failure (or a named statement was lost, see rows.ts): those are the database's way of asking for a retry, never the client's fault, so
  * they must not become 500s. Bounded attempts with jittered exponential backoff, so two
  * victims do not collide again in step.
  */

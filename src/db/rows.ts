@@ -1,6 +1,7 @@
 import type { Query, SQL } from 'drizzle-orm'
-import { PgDialect } from 'drizzle-orm/pg-core'
+import { PgDialect, PgTransaction } from 'drizzle-orm/pg-core'
 import type { Db } from './client.js'
+import { sqlState } from './errors.js'
 
 /**
  * Runs raw SQL and returns its rows. Both drivers answer `{ rows }`, but the shared Drizzle
@@ -43,12 +44,64 @@ export async function queryShaped<T> (db: Db, shape: string, build: () => SQL, v
   return execute<T>(db, built, values)
 }
 
+/**
+ * Whether a database's connections may run named statements, shared by its pool and every
+ * connection of it (see setStatementPolicy). A database with none (PGlite) always may.
+ */
+export interface StatementPolicy {
+  named: boolean
+  /** Called when a named statement was found missing or doubled: `named` is false from then on. */
+  onLost(err: unknown): void
+}
+
+const policies = new WeakMap<object, StatementPolicy>()
+
+/**
+ * Gives a driver client (a `pg.Pool`, or one of its connections) the policy of its database:
+ * through a transaction pooler, the next transaction may run on another server connection,
+ * which has never seen a name this connection prepared (26000), or has one of its own by that
+ * name from another client (42P05).
+ */
+export function setStatementPolicy (client: object, policy: StatementPolicy): void {
+  policies.set(client, policy)
+}
+
+/** "prepared statement … does not exist" and "… already exists": the statement's name is not this connection's. */
+const STATEMENT_LOST = new Set(['26000', '42P05'])
+
+/** True for a failure a named statement meets through a transaction pooler (retry.ts retries its transaction). */
+export function isStatementLost (err: unknown): boolean {
+  const state = sqlState(err)
+  return state !== undefined && STATEMENT_LOST.has(state)
+}
+
 async function execute<T> (db: Db, built: Query, values: Record<string, unknown>): Promise<T[]> {
+  const client = (db._.session as unknown as { client?: object }).client
+  const policy = client === undefined ? undefined : policies.get(client)
+  if (policy?.named === false) return run<T>(db, built, values, undefined)
   let name = statementNames.get(built.sql)
   if (name === undefined) {
     name = `parley_${statementNames.size + 1}`
     statementNames.set(built.sql, name)
   }
+  try {
+    return await run<T>(db, built, values, name)
+  } catch (err) {
+    if (policy === undefined || !isStatementLost(err)) throw err
+    // A pooler nobody declared (DATABASE_POOLER): unnamed statements from here on, for every
+    // connection of this database. The failure came at Parse or Bind, before anything ran: a
+    // statement on its own (its own transaction) runs again at once; inside a transaction,
+    // which the failure has aborted, the caller's retry runs the whole transaction again.
+    if (policy.named) {
+      policy.named = false
+      policy.onLost(err)
+    }
+    if (db instanceof PgTransaction) throw err
+    return run<T>(db, built, values, undefined)
+  }
+}
+
+async function run<T> (db: Db, built: Query, values: Record<string, unknown>, name: string | undefined): Promise<T[]> {
   const result = await db._.session.prepareQuery(built, undefined, name, false).execute(values) as unknown as { rows: T[] }
   return result.rows
 }

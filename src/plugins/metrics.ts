@@ -30,4 +30,7 @@ export const metricsPlugin = fp(async (app: FastifyInstance, opts: MetricsOption
       { labels: { state: 'waiting' }, value: stats.waiting }
     ]
   })
+  metrics.gauge('parley_db_named_statements',
+    '1 while the hottest statements run as named prepared statements; 0 behind a transaction pooler (DATABASE_POOLER), or once one was found lost through a pooler nobody declared',
+    () => [{ value: opts.database.namedStatements ? 1 : 0 }])
 }, { name: 'metrics' })

@@ -74,9 +74,11 @@ const RETRY_FIRST_MS = 20
 const RETRY_MAX_MS = 400
 /**
  * SQLSTATEs after which a send alone is tried again, nothing of it having committed: a lock
- * not had within LOCK_WAIT_MS, a serialization failure, a deadlock.
+ * not had within LOCK_WAIT_MS, a serialization failure, a deadlock, and a named statement
+ * lost through a pooler nobody declared (26000, 42P05: the database has turned to unnamed
+ * statements meanwhile, see db/rows.ts).
  */
-const RETRYABLE = new Set(['55P03', '40001', '40P01'])
+const RETRYABLE = new Set(['55P03', '40001', '40P01', '26000', '42P05'])
 /** A try whose Idempotency-Key another send held: tried again like a serialization failure. */
 const KEY_BUSY = Object.assign(new Error('the Idempotency-Key is held by a duplicate being written'), { code: '40001' })
 /** What a send to a recipient already known held starts from: as if its try had timed out. */

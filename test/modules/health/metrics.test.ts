@@ -27,6 +27,7 @@ t.test('GET /metrics reports requests, sends, refusals, open long-polls and conn
   t.match(text, /^parley_refusals_total\{reason="rate_limit"\} [1-9]/m)
   t.match(text, /^parley_long_polls_open 1$/m)
   t.match(text, /^parley_db_connections\{state="total"\} \d+$/m)
+  t.match(text, /^parley_db_named_statements 1$/m, 'named statements: no pooler declared')
   await app.inject({ method: 'GET', url: '/no/such/path' })
   t.match((await app.inject({ method: 'GET', url: '/metrics' })).body, /route="unmatched",status="404"/)
   t.same((await poll).json(), { events: [], last: '1' })
