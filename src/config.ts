@@ -180,9 +180,9 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     // Without DATABASE_URL the database is embedded: no pooler, and nothing to connect to.
     if (raw.DATABASE_DIRECT_URL !== undefined) problems.push('DATABASE_DIRECT_URL is set without DATABASE_URL; set both, or neither for the embedded database')
     if (raw.DATABASE_POOLER === 'transaction') problems.push('DATABASE_POOLER=transaction needs DATABASE_URL (the pooler) and DATABASE_DIRECT_URL')
-  } else if (raw.DATABASE_POOLER === 'transaction' && raw.DATABASE_DIRECT_URL === undefined) {
+  } else if (raw.DATABASE_POOLER === 'transaction' && (raw.DATABASE_DIRECT_URL === undefined || raw.DATABASE_DIRECT_URL === raw.DATABASE_URL)) {
     // LISTEN and the migrations' lock are session state: through the pooler they would be lost.
-    problems.push('DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL, a connection that bypasses the pooler (for LISTEN and migrations)')
+    problems.push('DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL, a connection that bypasses the pooler (for LISTEN and migrations), other than DATABASE_URL')
   }
   // A replica of what? The embedded database has none.
   if (raw.DATABASE_READ_URL !== undefined && raw.DATABASE_URL === undefined) problems.push('DATABASE_READ_URL needs DATABASE_URL (a replica of the PostgreSQL it names)')

@@ -89,6 +89,14 @@ export async function startService (config: Config, options: StartOptions = {}):
         'DATABASE_DIRECT_URL (a connection past the pooler), or LISTEN and migrations go through the pooler too')
     })
     if (applied.length > 0) app.log.info({ migrations: applied }, 'applied migrations')
+    // Said once at start: `auto` decides by comparing the two URLs as text, and a pooler mode
+    // nobody meant costs the send its named statements (BENCHMARKS.md).
+    if (database.driver === 'pg') {
+      app.log.info({ pooler: config.databasePooler, directUrl: config.databaseDirectUrl !== undefined, readReplica: config.databaseReadUrl !== undefined },
+        config.databasePooler === 'transaction'
+          ? 'DATABASE_URL is taken for a transaction pooler: unnamed statements there; LISTEN and migrations on DATABASE_DIRECT_URL'
+          : 'DATABASE_URL is taken for a direct connection: named statements for the hottest queries')
+    }
 
     // Before listening, so a server that answers has its demo key (the banner needs the port).
     const demo = database.driver === 'pglite' ? await seedDemoKey(database.db) : undefined

@@ -125,11 +125,13 @@ t.test('DATABASE_DIRECT_URL and DATABASE_POOLER (API.md §12): a pooler in front
   t.match(loadConfig({ DATABASE_URL: direct, DATABASE_DIRECT_URL: direct }), { databasePooler: 'none' }, 'auto: the same URL twice is no pooler')
   t.match(loadConfig({ DATABASE_URL: direct }), { databaseDirectUrl: undefined, databasePooler: 'none' }, 'auto: no direct URL, no pooler')
   t.match(loadConfig({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: direct, DATABASE_POOLER: 'none' }), { databasePooler: 'none' }, 'none overrides auto (a session pooler)')
-  t.match(loadConfig({ DATABASE_URL: direct, DATABASE_DIRECT_URL: direct, DATABASE_POOLER: 'transaction' }), { databasePooler: 'transaction' }, 'transaction is taken as said')
+  t.match(loadConfig({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: direct, DATABASE_POOLER: 'transaction' }), { databasePooler: 'transaction' }, 'transaction is taken as said')
 
   const refusal = (env: Record<string, string>) => { try { loadConfig(env); return '' } catch (err) { return (err as Error).message } }
   t.match(refusal({ DATABASE_URL: pooled, DATABASE_POOLER: 'transaction' }), /^Invalid configuration: DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL/,
     'a transaction pooler without a way past it for LISTEN and migrations is refused at start')
+  t.match(refusal({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: pooled, DATABASE_POOLER: 'transaction' }), /DATABASE_DIRECT_URL.*other than DATABASE_URL/,
+    'and so is a "way past it" that is the pooler itself')
   t.match(refusal({ DATABASE_DIRECT_URL: direct }), /DATABASE_DIRECT_URL is set without DATABASE_URL/)
   t.match(refusal({ DATABASE_URL: pooled, DATABASE_POOLER: 'session' }), /DATABASE_POOLER must be one of auto, transaction, none \(got "session"\)/)
   const bad = refusal({ DATABASE_URL: pooled, DATABASE_DIRECT_URL: 'mysql://root:hunter2@db/x' })

@@ -145,12 +145,22 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
       const client = own ?? await pool.connect()
       try {
         await client.query('SELECT pg_advisory_lock($1)', [lockKey])
+        let result: Awaited<ReturnType<typeof fn>>
         try {
           const locked = drizzlePg({ client, schema })
-          return await fn({ db: locked, migrate: (folder) => migratePg(locked, { migrationsFolder: folder }) })
-        } finally {
-          await client.query('SELECT pg_advisory_unlock($1)', [lockKey])
+          result = await fn({ db: locked, migrate: (folder) => migratePg(locked, { migrationsFolder: folder }) })
+        } catch (err) {
+          await client.query('SELECT pg_advisory_unlock($1)', [lockKey]).catch(() => {})
+          throw err
         }
+        const { rows } = await client.query<{ unlocked: boolean }>('SELECT pg_advisory_unlock($1) AS unlocked', [lockKey])
+        // Not this connection's lock: the lock and the unlock went to different server
+        // connections, through a transaction pooler nobody declared; the lock is left held there.
+        if (rows[0]?.unlocked !== true) {
+          throw new Error('The migrations\' lock was taken through a transaction pooler and is left held on one of its server connections ' +
+            '(later migrations wait for it until that connection closes): set DATABASE_DIRECT_URL to a connection that bypasses the pooler')
+        }
+        return result
       } finally {
         if (own === undefined) (client as pg.PoolClient).release()
         else await endWithin(own, 5_000)

@@ -5,7 +5,7 @@ import { drizzle } from 'drizzle-orm/node-postgres'
 import pg from 'pg'
 import { AppError } from '../errors.js'
 import type { Db } from './client.js'
-import { isDatabaseUnavailable } from './errors.js'
+import { isDatabaseUnavailable, sqlState } from './errors.js'
 import { queryRows } from './rows.js'
 import * as schema from './schema.js'
 import { TimeLimitExceeded, withinTimeLimit } from './time-limit.js'
@@ -60,6 +60,17 @@ export type ReadOutcome =
   | 'unavailable'
   /** The replica answered a query with an error: the primary. */
   | 'error'
+  /**
+   * Every replica connection of this instance was taken: the primary, for this read only (the
+   * replica is not in trouble, only busy; waiting for a connection would be waiting in line).
+   */
+  | 'busy'
+  /**
+   * The read met a conflict the replica's replay causes now and then (a query cancelled for a
+   * recovery conflict, a lock held by replay past REPLICA_LOCK_WAIT_MS): this read on the
+   * primary, the replica kept for the next.
+   */
+  | 'conflict'
   /** DATABASE_READ_URL reaches a server that is not a standby of DATABASE_URL: the primary. */
   | 'not_standby'
   /** The primary's WAL position could not be read: the primary (which then answers as it can). */
@@ -132,6 +143,16 @@ const QUERY_TIMEOUT_MS = 15_000
  * connection is cut so the read goes to the primary now rather than after QUERY_TIMEOUT_MS.
  */
 const LOOK_TIMEOUT_MS = 1_000
+/**
+ * How long a replica read waits for a lock. Replay takes the locks the primary took (a VACUUM
+ * truncating a table, a DDL): a read waiting behind replay that is slow or paused would wait
+ * out its whole time limit and answer 503; past this it reads the primary instead.
+ */
+const REPLICA_LOCK_WAIT_MS = 500
+/** SQLSTATEs of a replica read that are replay's doing, not the read's nor a sign of trouble. */
+const REPLAY_CONFLICTS = new Set(['40001', '55P03', '57014'])
+/** A replica read's whole transaction must end within its time limit plus this, or is cut. */
+const READ_GRACE_MS = 1_000
 const FIRST_RETRY_MS = 250
 const MAX_RETRY_MS = 5_000
 /** While the replica is up, a probe refreshes the lag metrics (and notices trouble) this often. */
@@ -147,13 +168,21 @@ const cut = new WeakSet<pg.PoolClient>()
  * whatever waits on that connection (the statement, then the transaction's rollback) fails
  * at once, and the read goes to the primary.
  */
-function cutUnlessAnswered (client: pg.PoolClient): () => void {
+function cutUnlessAnswered (client: pg.PoolClient, ms = LOOK_TIMEOUT_MS): () => void {
   const timer = setTimeout(() => {
     cut.add(client)
     client.connection.stream.destroy()
-  }, LOOK_TIMEOUT_MS)
+  }, ms)
   return () => clearTimeout(timer)
 }
+
+/**
+ * Replica transactions read committed and read only, whatever the replica's defaults: under
+ * repeatable read the snapshot would be taken by the first look at the replay position, before
+ * replay reached the caller's writes, and the read would miss them; serializable cannot run on
+ * a hot standby at all.
+ */
+const READ_COMMITTED = { isolationLevel: 'read committed', accessMode: 'read only' } as const
 
 /** Why a read did not run on the replica although it tried (thrown out of its transaction to roll it back). */
 class NotServed extends Error {
@@ -191,10 +220,10 @@ async function systemIdentifier (db: Db): Promise<string | undefined> {
  * read on the primary until a probe finds it up; starting does not wait for it).
  */
 export async function openReplica (options: ReplicaOptions): Promise<ReplicaReads> {
-  const { primary, maxWaitMs } = options
+  const { primary, maxWaitMs, poolSize } = options
   const pool = new pg.Pool({
     connectionString: options.url,
-    max: options.poolSize,
+    max: poolSize,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
@@ -286,7 +315,7 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
           cause = new Error('the replica is not a copy of the primary (their system identifiers differ)')
         } else {
           const answered = cutUnlessAnswered(client)
-          const { outcome, replay } = await on(client).transaction((tx) => caughtUp(client, tx, position, answered)).finally(answered)
+          const { outcome, replay } = await on(client).transaction((tx) => caughtUp(client, tx, position, answered), READ_COMMITTED).finally(answered)
           if (replay !== undefined) lagSeconds = replay.lagSeconds
           next = outcome === 'caught_up' ? 'up' : outcome === 'behind' ? 'behind' : outcome === 'not_standby' ? 'not_standby' : 'down'
           if (next === 'not_standby') cause = new Error('the replica is not in recovery (a primary, or a promoted replica)')
@@ -320,6 +349,9 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
       return bounded(primary, work, options)
     }
     if (closed || state !== 'up') return onPrimary(closed ? 'unavailable' : skipped[state as Exclude<ReplicaState, 'up'>])
+    // Every connection taken: a read that waited for one would be counted as a replica gone
+    // quiet (the connect timeout bounds the pool's queue too), and would wait in line anyway.
+    if (pool.totalCount >= poolSize && pool.idleCount === 0) return onPrimary('busy')
     // Sent now, while the replica's connection and first look are under way.
     const position = sample(options.arrivedAt ?? performance.now())
     position.catch(() => {})
@@ -333,13 +365,17 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
     let working = false
     let broken = false
     const answered = cutUnlessAnswered(client)
+    // The whole transaction, its rollback included, is bounded too: a replica gone quiet in
+    // the middle of a read costs that read its time limit and a second, then the primary.
+    const ended = cutUnlessAnswered(client, Math.min(QUERY_TIMEOUT_MS, (options.timeLimitMs ?? QUERY_TIMEOUT_MS) + READ_GRACE_MS))
     try {
       const result = await on(client).transaction(async (tx) => {
         const { outcome } = await caughtUp(client, tx, position, answered)
         if (outcome !== 'caught_up') throw new NotServed(outcome)
+        await tx.execute(sql.raw(`SET LOCAL lock_timeout = '${REPLICA_LOCK_WAIT_MS}ms'`))
         working = true
         return bounded(tx, work, options)
-      })
+      }, READ_COMMITTED)
       onRead('caught_up')
       return result
     } catch (err) {
@@ -349,12 +385,17 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
       }
       // The read's own answer (403, 404, 400, a search past its time limit) stands.
       if (working && (err instanceof AppError || err instanceof TimeLimitExceeded)) throw err
+      // Replay's doing, now and then: this read on the primary, the replica kept. Only reads
+      // run here, so running one again there repeats nothing.
+      const state = sqlState(err)
+      if (working && !cut.has(client) && state !== undefined && REPLAY_CONFLICTS.has(state)) return onPrimary('conflict')
       broken = true
       const unavailable = cut.has(client) || isDatabaseUnavailable(err) || /Query read timeout/.test((err as Error).message)
       trouble('down', err)
       return onPrimary(unavailable ? 'unavailable' : 'error')
     } finally {
       answered()
+      ended()
       client.release(broken)
     }
   }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { Query, SQL } from 'drizzle-orm'
 import { PgDialect, PgTransaction } from 'drizzle-orm/pg-core'
 import type { Db } from './client.js'
@@ -13,8 +14,23 @@ export async function queryRows<T> (db: Db, query: SQL): Promise<T[]> {
 }
 
 const dialect = new PgDialect()
-/** Statement names by SQL text: a handful of shapes, each named once for the process. */
+/**
+ * Statement names by SQL text: a handful of shapes, each named once for the process. A name is
+ * a hash of its text, so it means the same statement in every process: through a pooler nobody
+ * declared, a connection prepared by another instance then has either this statement or none
+ * of that name, never another statement under it (numbered in the order each process met them,
+ * `parley_3` was one statement here and another there, run with the wrong parameters).
+ */
 const statementNames = new Map<string, string>()
+
+export function statementName (text: string): string {
+  let name = statementNames.get(text)
+  if (name === undefined) {
+    name = `parley_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`
+    statementNames.set(text, name)
+  }
+  return name
+}
 
 /**
  * queryRows() as a named prepared statement, for the hottest statements: PostgreSQL parses and
@@ -79,11 +95,7 @@ async function execute<T> (db: Db, built: Query, values: Record<string, unknown>
   const client = (db._.session as unknown as { client?: object }).client
   const policy = client === undefined ? undefined : policies.get(client)
   if (policy?.named === false) return run<T>(db, built, values, undefined)
-  let name = statementNames.get(built.sql)
-  if (name === undefined) {
-    name = `parley_${statementNames.size + 1}`
-    statementNames.set(built.sql, name)
-  }
+  const name = statementName(built.sql)
   try {
     return await run<T>(db, built, values, name)
   } catch (err) {

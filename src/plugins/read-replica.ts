@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, FastifyReply } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Db } from '../db/client.js'
+import { sqlState } from '../db/errors.js'
 import { openReplica, primaryReads, type ReadOutcome, type Reads, type ReplicaState } from '../db/replica.js'
 
 declare module 'fastify' {
@@ -11,6 +12,16 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * What of a replica failure goes into the log: a SQLSTATE alone when the server answered (its
+ * message may quote a value of the read), else the driver's message (a refused or lost
+ * connection), never a query error's own message, which carries the read's parameters.
+ */
+function driverCause (err: Error): { code: string } | { message: string } {
+  const driver = err.cause instanceof Error ? err.cause : err
+  const code = sqlState(driver)
+  return code === undefined ? { message: driver.message } : { code }
+}
 export interface ReadReplicaOptions {
   primary: Db
   url: string | undefined
@@ -49,9 +60,10 @@ export const readReplicaPlugin = fp(async (app: FastifyInstance, opts: ReadRepli
     poolSize: opts.poolSize,
     maxWaitMs: opts.maxWaitMs,
     onRead,
-    // The cause's message only: an error object may carry the connection string's parts.
+    // The driver's message and code only: an error object may carry the connection string's
+    // parts, and a query error's message the read's parameters (a viewer, search words).
     onStateChange: (state, _previous, cause) => {
-      const detail = cause instanceof Error ? { cause: cause.message } : {}
+      const detail = cause instanceof Error ? { cause: driverCause(cause) } : {}
       // Falling behind for a moment is routine under a burst of writes; going away is not.
       if (state === 'up' || state === 'behind') app.log.info(detail, STATE_TEXT[state])
       else app.log.warn(detail, STATE_TEXT[state])

@@ -460,11 +460,16 @@ t.test('the migrations\' session lock: through the pooler it is left behind; on 
   }
   for (const [how, options] of [['the pooler alone', {}], ['DATABASE_DIRECT_URL', { directUrl: direct }]] as const) {
     const database = await connectPostgres(bouncer.url, 2, options)
-    await database.withLock(4242, busyMeanwhile)
+    const outcome = await database.withLock(4242, busyMeanwhile).then(() => 'done', (err: Error) => err.message)
     await other.query('ROLLBACK')
     const left = await held()
-    if (how === 'the pooler alone') t.equal(left, 1, 'through the pooler alone: the unlock ran on another server connection, and the lock is still held by the first')
-    else t.equal(left, 0, 'with DATABASE_DIRECT_URL: the lock lived and ended on a connection of its own')
+    if (how === 'the pooler alone') {
+      t.equal(left, 1, 'through the pooler alone: the unlock ran on another server connection, and the lock is still held by the first')
+      t.match(outcome, /left held on one of its server connections.*set DATABASE_DIRECT_URL/, 'and the caller is told so, not left to find the next migration hanging')
+    } else {
+      t.equal(left, 0, 'with DATABASE_DIRECT_URL: the lock lived and ended on a connection of its own')
+      t.equal(outcome, 'done')
+    }
     await database.close()
     // The lock left behind lives as long as PgBouncer's server connection: end them.
     await admin.query('SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = \'advisory\' AND objid = 4242 AND pid <> pg_backend_pid()')

@@ -4,7 +4,7 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { connectPostgres } from '../../src/db/client.js'
-import type { Reads } from '../../src/db/replica.js'
+import { openReplica, type Reads } from '../../src/db/replica.js'
 import { createEventsRepository } from '../../src/modules/events/events.repository.js'
 import { search } from '../../src/modules/search/search.service.js'
 import { usingPostgres } from '../support/databases.js'
@@ -183,6 +183,29 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
     if (!feed.some((e) => (e.data as any)?.message?.id === sent.body.id)) stale++
   }
   t.equal(stale, 10, 'a replica read without the wait for replay misses the write (search and feed, 5 times each)')
+
+  // A replica whose default isolation is repeatable read (a reporting replica's setting): a read
+  // that waits for replay must not take its snapshot while it waits, or it misses the write.
+  {
+    const primary = await connectPostgres(cluster.primaryUrl, 2)
+    const url = new URL(cluster.replicaUrl)
+    url.searchParams.set('options', '-c default_transaction_isolation=repeatable\\ read')
+    const reads = await openReplica({ primary: primary.db, url: url.toString(), poolSize: 2, maxWaitMs: 3_000 })
+    // Found up by its first probe despite the pause? It has to be, to serve: resume for that.
+    await cluster.onReplica('SELECT pg_wal_replay_resume()')
+    for (let i = 0; i < 100 && reads.status().state !== 'up'; i++) await sleep(50)
+    await cluster.onReplica('SELECT pg_wal_replay_pause()')
+    const word = `isolated${run}`
+    const sent = await call(a, 'alice', 'POST', '/v2/message', { recipient: 'bob', body: word })
+    const resumed = sleep(300).then(() => cluster.onReplica('SELECT pg_wal_replay_resume()'))
+    const found = await search(reads, { viewer: 'alice', query: word, limit: 10 })
+    await resumed
+    t.ok(found.results.some((r) => r.type === 'message' && r.message.id === sent.body.id),
+      'a read that waited for replay on a repeatable-read replica sees the write')
+    await cluster.onReplica('SELECT pg_wal_replay_pause()')
+    await reads.close()
+    await primary.close()
+  }
   // ...yet the service's reads stay right, on the primary, and fast.
   const paused = await trials(30, 'replica paused')
   const afterPause = await replicaReads(servers)
