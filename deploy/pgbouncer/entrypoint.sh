@@ -38,6 +38,9 @@ reserve_pool_size = ${PGBOUNCER_RESERVE_POOL_SIZE:-0}
 ; Client connections: at least the app instances times DATABASE_POOL_SIZE.
 max_client_conn = ${PGBOUNCER_MAX_CLIENT_CONN:-1000}
 ignore_startup_parameters = extra_float_digits
+; The app's user may read SHOW POOLS / SHOW STATS on the admin console (database pgbouncer):
+; cl_waiting and maxwait are what docs/operations.md says to watch.
+stats_users = $user
 log_connections = 0
 log_disconnections = 0
 INI

@@ -1,7 +1,6 @@
 import { execFile, spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { request } from 'node:http'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
@@ -9,6 +8,7 @@ import t from 'tap'
 import { loadConfig } from '../../src/config.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCli, runCliInProcess, startServer, tempDir } from '../support/processes.js'
+import { freePort } from '../support/ports.js'
 
 const run = promisify(execFile)
 const compose = readFileSync('docker-compose.yml', 'utf8')
@@ -241,15 +241,6 @@ t.test('what the containers run works outside Docker: parley migrate, then parle
   t.equal((await fetch(logged()!)).status, 200, 'its own port does')
   t.equal(await server.stop(), 0)
 })
-
-/** A free loopback port (closed again at once, so another process can take it). */
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
 
 const caddy = await run('caddy', ['version']).then(() => true, () => false)
 

@@ -1,22 +1,13 @@
 import { execFile, spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { request } from 'node:https'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { childDatabaseEnv, runCliInProcess, startServer, tempDir } from '../support/processes.js'
+import { freePort } from '../support/ports.js'
 
 const caddy = await promisify(execFile)('caddy', ['version']).then(() => true, () => false)
-
-/** A free loopback port (closed again at once, so Caddy can take it). */
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
 
 interface Answer { status: number, headers: Record<string, string | string[] | undefined>, body: string }
 

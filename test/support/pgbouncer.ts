@@ -1,8 +1,8 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { freePort } from './ports.js'
 
 /** Where Debian's package puts the binary (`apt-get install pgbouncer`), or one on PATH. */
 export function pgbouncerBin (): string | undefined {
@@ -13,17 +13,6 @@ export function pgbouncerBin (): string | undefined {
   } catch {
     return undefined
   }
-}
-
-async function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
-    })
-  })
 }
 
 export interface Pgbouncer {

@@ -7,18 +7,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import type { TestContext } from '../helper.js'
+import { freePort } from './ports.js'
 
 const run = promisify(execFile)
-
-async function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
-    })
-  })
-}
 
 export interface ReplicatedPostgres {
   primaryUrl: string

@@ -1,10 +1,10 @@
 import { execFile } from 'node:child_process'
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import type { TestContext } from '../helper.js'
+import { freePort } from './ports.js'
 
 const run = promisify(execFile)
 
@@ -15,16 +15,6 @@ export function postgresBin (): string | undefined {
   const version = readdirSync(root).sort().at(-1)
   const bin = version === undefined ? undefined : join(root, version, 'bin')
   return bin !== undefined && existsSync(join(bin, 'initdb')) ? bin : undefined
-}
-
-async function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port')))
-    })
-  })
 }
 
 export interface ThrowawayPostgres {
