@@ -9,8 +9,6 @@ const READY_TIMEOUT_MS = 2_000
 
 const Status = Type.Object({ status: Type.String() })
 
-// Every route, these too, answers 400 to a malformed URL (app.ts frameworkErrors).
-
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
 
 /**
@@ -18,6 +16,8 @@ export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
  * unless METRICS_PORT serves them on a listener of their own). No auth.
  */
 export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metrics: Metrics, serveMetrics: boolean }> = async (app, { database, metrics, serveMetrics }) => {
+  // Their 400: every route, these too, answers 400 to a malformed URL (frameworkErrors in
+  // server-options.ts).
   app.get('/healthz', {
     schema: { tags: ['operations'], summary: 'The process is running', response: { 200: Status, ...errorResponses(400) } }
   }, async () => ({ status: 'ok' }))
