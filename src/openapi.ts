@@ -1,8 +1,5 @@
 import { STATUS_CODES } from 'node:http'
 import { Type, type TSchema } from 'typebox'
-import { GroupSchema, GroupSummarySchema } from './modules/groups/groups.schemas.js'
-import { MessageSchema } from './modules/messages/messages.schemas.js'
-import { Timestamp } from './schemas.js'
 
 /**
  * What @fastify/swagger builds from the route schemas is right about every field the service
@@ -99,61 +96,6 @@ const HEADERS: Record<string, Json> = {
 }
 const ref = (name: string): Json => ({ $ref: `#/components/headers/${name}` })
 
-/** The shape of `data` for each event type (API.md §4 Events); one schema per type. */
-function eventSchemas (): Record<string, Json> {
-  const MessageRef = { $ref: '#/components/schemas/Message' }
-  const GroupRef = { $ref: '#/components/schemas/GroupSummary' }
-  const address = { type: 'string', description: 'A user address' }
-  const id = (what: string) => ({ type: 'string', description: what })
-  const typing = (expires: boolean): Json => ({
-    type: 'object',
-    required: expires ? ['from', 'to', 'expiresAt'] : ['from', 'to'],
-    properties: { from: address, to: id('The recipient: the caller\'s address, or a group id'), ...(expires ? { expiresAt: Timestamp } : {}) }
-  })
-  const data: Record<string, Json> = {
-    'message.received': { type: 'object', required: ['message'], properties: { message: MessageRef } },
-    'message.deleted': { type: 'object', required: ['message'], properties: { message: id('The message id') } },
-    'message.status': {
-      type: 'object',
-      required: ['message', 'recipient', 'status'],
-      properties: { message: id('The message id'), recipient: address, status: { type: 'string', enum: ['delivered', 'read'] } }
-    },
-    'typing.started': typing(true),
-    'typing.stopped': typing(false),
-    'group.created': { type: 'object', required: ['group'], properties: { group: GroupRef } },
-    'group.updated': { type: 'object', required: ['group'], properties: { group: GroupRef } },
-    'group.deleted': { type: 'object', required: ['group'], properties: { group: id('The group id') } },
-    'group.members_added': { type: 'object', required: ['group', 'members'], properties: { group: id('The group id'), members: { type: 'array', items: address } } },
-    'group.members_removed': { type: 'object', required: ['group', 'members'], properties: { group: id('The group id'), members: { type: 'array', items: address } } },
-    'webhook.disabled': { type: 'object', required: ['webhook'], properties: { webhook: id('The webhook id (whk_…)') } }
-  }
-  const schemas: Record<string, Json> = {}
-  for (const [type, shape] of Object.entries(data)) {
-    const name = `${type.split(/[._]/).map((w) => w[0]!.toUpperCase() + w.slice(1)).join('')}Event`
-    schemas[name] = {
-      type: 'object',
-      title: name,
-      required: ['id', 'type', 'createdAt', 'data'],
-      properties: {
-        id: { type: 'string', pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string, increasing within the feed' },
-        type: { type: 'string', enum: [type] },
-        createdAt: Timestamp,
-        data: shape
-      }
-    }
-  }
-  schemas.Event = {
-    title: 'Event',
-    description: 'One entry of a user\'s feed; `type` says which, and what `data` holds',
-    oneOf: Object.keys(schemas).map((name) => ({ $ref: `#/components/schemas/${name}` })),
-    discriminator: {
-      propertyName: 'type',
-      mapping: Object.fromEntries(Object.keys(data).map((type, i) => [type, `#/components/schemas/${Object.keys(schemas)[i]}`]))
-    }
-  }
-  return schemas
-}
-
 /** Replaces every inline object that has a title with a reference to it under components.schemas. */
 function hoist (node: unknown, schemas: Record<string, Json>, top = true): unknown {
   if (Array.isArray(node)) return node.map((item) => hoist(item, schemas, false))
@@ -164,13 +106,30 @@ function hoist (node: unknown, schemas: Record<string, Json>, top = true): unkno
   const title = walked.title
   if (!top && typeof title === 'string' && /^[A-Z][A-Za-z]*$/.test(title) && walked.$ref === undefined) {
     const existing = schemas[title]
-    if (existing === undefined || title === 'Event') {
-      schemas[title] ??= walked
+    if (existing === undefined) {
+      schemas[title] = walked
       return { $ref: `#/components/schemas/${title}` }
     }
     if (JSON.stringify(existing) === JSON.stringify(walked)) return { $ref: `#/components/schemas/${title}` }
   }
   return walked
+}
+
+/**
+ * A union with a discriminator (TypeBox writes `anyOf`) as OpenAPI states one: `oneOf`, as its
+ * members are told apart by the property, with the mapping from each member's value of it.
+ */
+function discriminate (schema: Json, schemas: Record<string, Json>): void {
+  const discriminator = schema.discriminator as { propertyName: string, mapping?: Record<string, string> } | undefined
+  if (discriminator === undefined || !Array.isArray(schema.anyOf)) return
+  schema.oneOf = schema.anyOf
+  delete schema.anyOf
+  discriminator.mapping = {}
+  for (const member of schema.oneOf as Json[]) {
+    const $ref = member.$ref as string
+    const property = (schemas[$ref.split('/').at(-1)!]?.properties as Record<string, { enum?: string[] }> | undefined)?.[discriminator.propertyName]
+    discriminator.mapping[property!.enum![0]!] = $ref
+  }
 }
 
 /** The OpenAPI document, finished for client generators and linters (see the top of this file). */
@@ -179,10 +138,6 @@ export function polishOpenApi (document: unknown): unknown {
   doc.info.license = { name: 'Proprietary: self-hosted by its operator' }
   doc.servers = [{ url: '/', description: 'This Parley server' }]
   const schemas = doc.components.schemas ??= {}
-  schemas.Message = hoist(MessageSchema, {}, true) as Json
-  schemas.Group = hoist(GroupSchema, {}, true) as Json
-  schemas.GroupSummary = hoist(GroupSummarySchema, {}, true) as Json
-  Object.assign(schemas, eventSchemas())
   doc.components.headers = HEADERS
 
   for (const [path, methods] of Object.entries(doc.paths)) {
@@ -231,6 +186,7 @@ export function polishOpenApi (document: unknown): unknown {
     }
   }
   doc.paths = hoist(doc.paths, schemas, false) as Document['paths']
+  for (const schema of Object.values(schemas)) discriminate(schema, schemas)
   // Only the headers some answer uses.
   const text = JSON.stringify(doc.paths)
   doc.components.headers = Object.fromEntries(Object.entries(HEADERS).filter(([name]) => text.includes(`"#/components/headers/${name}"`)))
