@@ -3,15 +3,14 @@ import { Type, type TSchema } from 'typebox'
 
 /**
  * What @fastify/swagger builds from the route schemas is right about every field the service
- * checks; this file adds what a client generator also needs and a route schema cannot say: an
- * operationId per operation, shared components instead of repeated inline objects, the event
- * union, file parts and downloads as bytes, the headers every answer carries, and routes that
- * need no credentials. It runs once, when the document is first asked for.
+ * checks; this file adds what a client generator also needs and a route schema cannot say:
+ * shared components instead of repeated inline objects, a discriminated union as `oneOf`, file
+ * parts and downloads as bytes, the headers every answer carries, and routes that need no
+ * credentials. It runs once, when the document is first asked for.
  */
 
 type Json = Record<string, unknown>
 interface Operation {
-  operationId?: string
   security?: unknown[]
   requestBody?: { content?: Record<string, { schema?: Json }> }
   responses?: Record<string, Json & { description?: string, content?: Record<string, { schema?: Json }>, headers?: Json }>
@@ -21,60 +20,6 @@ interface Document {
   servers?: unknown[]
   paths: Record<string, Record<string, Operation>>
   components: { schemas?: Record<string, Json>, headers?: Record<string, Json>, securitySchemes?: Json }
-}
-
-/** Names for programs, by method and path; a route missing here gets one derived from its path. */
-const OPERATION_IDS: Record<string, string> = {
-  'GET /healthz': 'checkLiveness',
-  'GET /readyz': 'checkReadiness',
-  'GET /v2/user/{user}': 'getUser',
-  'GET /v2/whoami': 'whoami',
-  'POST /v2/message': 'sendMessage',
-  'GET /v2/message/{message}': 'getMessage',
-  'DELETE /v2/message/{message}': 'deleteMessage',
-  'GET /v2/message/{message}/attachment/{n}': 'downloadAttachment',
-  'GET /v2/message/{message}/status': 'getMessageStatus',
-  'POST /v2/message/status': 'reportMessageStatus',
-  'POST /v2/message/typing': 'startTyping',
-  'DELETE /v2/message/typing/{recipient}': 'stopTyping',
-  'GET /v2/events': 'listEvents',
-  'POST /v2/events/ack': 'acknowledgeEvents',
-  'DELETE /v2/events': 'deleteEvents',
-  'GET /v2/events/stream': 'streamEvents',
-  'POST /v2/group': 'createGroup',
-  'GET /v2/group/{group}': 'getGroup',
-  'POST /v2/group/{group}': 'renameGroup',
-  'DELETE /v2/group/{group}': 'deleteGroup',
-  'POST /v2/group/{group}/members': 'addGroupMembers',
-  'POST /v2/group/{group}/members/remove': 'removeGroupMembers',
-  'GET /v2/metadata/{entity}': 'getMetadata',
-  'POST /v2/metadata/{entity}': 'updateMetadata',
-  'GET /v2/roster': 'listRoster',
-  'POST /v2/roster': 'putRosterEntry',
-  'DELETE /v2/roster/{entity}': 'deleteRosterEntry',
-  'POST /v2/search': 'search',
-  'GET /v2/conversations': 'listConversations',
-  'POST /v2/admin/users': 'adminCreateUser',
-  'GET /v2/admin/users': 'adminListUsers',
-  'GET /v2/admin/users/{user}': 'adminGetUser',
-  'POST /v2/admin/users/{user}': 'adminUpdateUser',
-  'GET /v2/admin/users/{user}/webhooks': 'adminListUserWebhooks',
-  'DELETE /v2/admin/users/{user}/webhooks/{id}': 'adminDeleteUserWebhook',
-  'POST /v2/admin/keys': 'adminCreateKey',
-  'GET /v2/admin/keys': 'adminListKeys',
-  'POST /v2/admin/keys/{keyId}': 'adminUpdateKey',
-  'DELETE /v2/admin/keys/{keyId}': 'adminRevokeKey',
-  'POST /v2/webhooks': 'createWebhook',
-  'GET /v2/webhooks': 'listWebhooks',
-  'DELETE /v2/webhooks/{id}': 'deleteWebhook',
-  'GET /v2/webhooks/{id}/deliveries': 'listWebhookDeliveries',
-  'POST /v2/webhooks/{id}/redeliver': 'redeliverWebhookEvent'
-}
-
-/** `GET /v2/group/{group}/members` → `getGroupMembers`: unique, if plain. */
-function derivedOperationId (method: string, path: string): string {
-  const words = path.split('/').filter((w) => w !== '' && w !== 'v2' && !w.startsWith('{'))
-  return [method.toLowerCase(), ...words.flatMap((w) => w.split(/[^A-Za-z0-9]/)).map((w) => w[0]!.toUpperCase() + w.slice(1))].join('')
 }
 
 const header = (description: string, schema: TSchema = Type.String()): Json => ({ description, schema })
@@ -143,7 +88,6 @@ export function polishOpenApi (document: unknown): unknown {
   for (const [path, methods] of Object.entries(doc.paths)) {
     for (const [method, operation] of Object.entries(methods)) {
       const key = `${method.toUpperCase()} ${path}`
-      operation.operationId = OPERATION_IDS[key] ?? derivedOperationId(method, path)
       const authenticated = path.startsWith('/v2/')
       if (!authenticated) operation.security = []
       for (const [status, response] of Object.entries(operation.responses ?? {})) {

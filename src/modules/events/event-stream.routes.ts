@@ -41,6 +41,7 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
   app.get('/events/stream', {
     config: { admission: 'none' },
     schema: {
+      operationId: 'streamEvents',
       tags: ['events'],
       summary: 'Stream the caller\'s events (Server-Sent Events)',
       description: 'text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one ' +

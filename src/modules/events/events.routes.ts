@@ -40,6 +40,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
   app.get('/events', {
     config: { admission: 'none' },
     schema: {
+      operationId: 'listEvents',
       tags: ['events'],
       summary: 'Read the caller\'s events feed',
       description: 'Unacknowledged events with id > after, oldest first: at most limit, and at most 256 KiB of them (at least one ' +
@@ -125,6 +126,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
 
   app.post('/events/ack', {
     schema: {
+      operationId: 'acknowledgeEvents',
       tags: ['events'],
       summary: 'Acknowledge events',
       description: 'By ids, or every id up to upTo. Acknowledged events are no longer returned; ids not the caller\'s are ignored.',
@@ -142,6 +144,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
 
   app.delete('/events', {
     schema: {
+      operationId: 'deleteEvents',
       tags: ['events'],
       summary: 'Delete events',
       description: 'Removes the caller\'s events: all of them, or those with id up to upTo.',

@@ -19,11 +19,11 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metri
   // Their 400: every route, these too, answers 400 to a malformed URL (frameworkErrors in
   // server-options.ts).
   app.get('/healthz', {
-    schema: { tags: ['operations'], summary: 'The process is running', response: { 200: Status, ...errorResponses(400) } }
+    schema: { operationId: 'checkLiveness', tags: ['operations'], summary: 'The process is running', response: { 200: Status, ...errorResponses(400) } }
   }, async () => ({ status: 'ok' }))
 
   app.get('/readyz', {
-    schema: { tags: ['operations'], summary: 'The database answers', response: { 200: Status, ...errorResponses(400, 503) } }
+    schema: { operationId: 'checkReadiness', tags: ['operations'], summary: 'The database answers', response: { 200: Status, ...errorResponses(400, 503) } }
   }, async () => {
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<never>((_resolve, reject) => {

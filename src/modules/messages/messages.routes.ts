@@ -37,6 +37,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   app.post('/message', {
     config: { acceptsFiles: true },
     schema: {
+      operationId: 'sendMessage',
       tags: ['messages'],
       summary: 'Send a message',
       description: 'To a user address or a group id, as JSON, a form, or multipart/form-data with `attachment` file parts. ' +
@@ -72,6 +73,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.get('/message/:message/status', {
     schema: {
+      operationId: 'getMessageStatus',
       tags: ['messages'],
       summary: 'Delivery status of a message',
       description: 'The sender sees every recipient; a recipient sees only its own row.',
@@ -82,6 +84,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.post('/message/status', {
     schema: {
+      operationId: 'reportMessageStatus',
       tags: ['messages'],
       summary: 'Report delivered or read',
       description: 'Recipients only. Status only moves forward; a report that is not ahead is a no-op (still 204). ' +
@@ -96,6 +99,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.post('/message/typing', {
     schema: {
+      operationId: 'startTyping',
       tags: ['messages'],
       summary: 'Say you are typing',
       description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.',
@@ -109,6 +113,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.delete('/message/typing/:recipient', {
     schema: {
+      operationId: 'stopTyping',
       tags: ['messages'],
       summary: 'Say you stopped typing',
       description: 'Sends typing.stopped { from, to }, to whom typing.started would go.',
@@ -122,6 +127,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.get('/message/:message', {
     schema: {
+      operationId: 'getMessage',
       tags: ['messages'],
       summary: 'Read a message',
       description: 'For its sender and its recipients; a recipient that deleted it for itself gets 404.',
@@ -135,6 +141,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.delete('/message/:message', {
     schema: {
+      operationId: 'deleteMessage',
       tags: ['messages'],
       summary: 'Delete a message',
       description: 'By its sender: erased for everyone (body and attachments), with message.deleted to each recipient. ' +
@@ -150,6 +157,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   app.get('/message/:message/attachment/:n', {
     config: { admission: 'transfer' },
     schema: {
+      operationId: 'downloadAttachment',
       tags: ['messages'],
       summary: 'Download an attachment',
       description: 'The bytes as uploaded, with their Content-Type, streamed. Same access as the message. ' +
