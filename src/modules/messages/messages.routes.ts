@@ -15,7 +15,8 @@ import { deleteMessage } from './delete.service.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 import {
-  AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, sendMessageBody, TypingBody, TypingParams
+  AttachmentFile, AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, SendRefused, SentMessage,
+  sendMessageBody, sendMessageWireBody, TypingBody, TypingParams
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.service.js'
 import { createSendCoalescer } from './send-coalescer.js'
@@ -35,7 +36,11 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   const store = createAttachmentChunksRepository(db)
 
   app.post('/message', {
-    config: { acceptsFiles: true },
+    config: {
+      acceptsFiles: true,
+      // The document shows the body per content type (sendMessageWireBody); one schema checks all three.
+      swaggerTransform: ({ schema, url }) => ({ schema: { ...schema, body: sendMessageWireBody(maxBodyChars) }, url })
+    },
     schema: {
       operationId: 'sendMessage',
       tags: ['messages'],
@@ -50,7 +55,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       consumes: ['application/json', 'application/x-www-form-urlencoded', 'multipart/form-data'],
       headers: SendMessageHeaders,
       body: sendMessageBody(maxBodyChars),
-      response: { 200: MessageSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 409, 413, 415, 422) }
+      response: { 200: SentMessage, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 409, 413, 415, 422), 429: SendRefused }
     }
   }, async (req, reply) => {
     const principal = principalOf(req)
@@ -166,8 +171,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
         'with the ETag answers 304 with no body.',
       params: AttachmentParams,
       response: {
-        200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
-        206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
+        ...AttachmentFile,
         304: Type.Unsafe<undefined>({ type: 'null', description: 'If-None-Match matched the ETag: no body, the ETag again' }),
         ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
       }
