@@ -8,6 +8,7 @@
  * Environment: BENCH_DATABASE_URL (an admin URL, default postgres://postgres@127.0.0.1:5432/postgres).
  */
 import { connectPostgres, type Database } from '../src/db/client.js'
+import { eventDataJson } from '../src/modules/events/events.repository.js'
 import { writeBatch, type BatchSend } from '../src/modules/messages/send-batch.repository.js'
 import { newMessage } from '../src/modules/messages/send.service.js'
 import { createFixtures, freshDatabase, type Key } from './fixtures.js'
@@ -27,7 +28,7 @@ function sendOf (from: Key, to: Key, n: number): BatchSend {
     toGroup: false,
     messageId: message.id,
     body: message.body,
-    eventData: JSON.stringify({ message }),
+    eventData: eventDataJson('message.received', { message }),
     files: []
   }
 }

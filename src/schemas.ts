@@ -1,4 +1,4 @@
-import { Type } from 'typebox'
+import { Type, type TSchema } from 'typebox'
 import { ERROR_CODES, type ErrorCode } from './errors.js'
 
 /** Shared wire schemas: the error body every non-2xx answer carries, and common fields. */
@@ -25,3 +25,13 @@ export const AddressParam = Type.String({
 
 /** A 204 answer: nothing in the body. */
 export const NoContent = Type.Unsafe<undefined>({ type: 'null', description: 'No content' })
+
+/**
+ * `schema` as a response that also names the headers its answer carries: the OpenAPI document
+ * lists them (Fastify's serializer ignores `headers`). Each header schema's title is its name
+ * under components.headers; the headers every answer carries are the OpenAPI plugin's.
+ */
+export function withHeaders<T extends TSchema> (schema: T, headers: Record<string, TSchema>): T {
+  // A copy, so the schema stays as it is elsewhere, with TypeBox's own (non-enumerable) marks.
+  return Object.defineProperties({ headers }, Object.getOwnPropertyDescriptors(schema)) as unknown as T
+}

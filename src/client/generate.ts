@@ -5,7 +5,7 @@ import ts from 'typescript'
 export const SCHEMA_FILE = 'src/client/schema.ts'
 
 const HEADER = `// Generated from GET /v2/openapi.json by \`npm run client:generate\` (openapi-typescript).
-// Do not edit: change the route schemas (or src/openapi.ts) and regenerate; test/openapi.test.ts
+// Do not edit: change the route schemas (or src/plugins/openapi.ts) and regenerate; test/openapi.test.ts
 // fails while this file and the served document disagree.
 `
 

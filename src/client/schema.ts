@@ -1,5 +1,5 @@
 // Generated from GET /v2/openapi.json by `npm run client:generate` (openapi-typescript).
-// Do not edit: change the route schemas (or src/openapi.ts) and regenerate; test/openapi.test.ts
+// Do not edit: change the route schemas (or src/plugins/openapi.ts) and regenerate; test/openapi.test.ts
 // fails while this file and the served document disagree.
 export type paths = {
     "/healthz": {

@@ -91,6 +91,9 @@ export function isStatementLost (err: unknown): boolean {
   return state !== undefined && STATEMENT_LOST.has(state)
 }
 
+// `db._.session`, its `client` and `prepareQuery(…, name, …)` are Drizzle's internals, not its
+// API: package.json pins drizzle-orm to one exact version, so an upgrade is a deliberate change
+// made with these lines (and test/db) in view.
 async function execute<T> (db: Db, built: Query, values: Record<string, unknown>): Promise<T[]> {
   const client = (db._.session as unknown as { client?: object }).client
   const policy = client === undefined ? undefined : policies.get(client)

@@ -5,7 +5,7 @@ import { AuthFailures } from './auth-failures.js'
 import { clientNetwork } from './rate-limit.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
 import { Forbidden, Internal, RateLimited, Unauthorized, Unavailable } from '../errors.js'
-import type { Authenticator, Principal } from '../modules/keys/authenticator.js'
+import type { Principal } from '../modules/keys/authenticator.js'
 import { requiredScope, type Scope } from '../scopes.js'
 
 declare module 'fastify' {
@@ -20,6 +20,14 @@ declare module 'fastify' {
     /** The key scope the route needs, when not the one its method and path imply (scopes.ts). */
     scope?: Scope
   }
+}
+
+/** What the plugin asks of the keys module's authenticator (app.authenticator). */
+export interface CredentialCheck {
+  /** The key's principal when the secret is its own and the key is accepted; undefined otherwise. */
+  authenticate (keyId: string, secret: string): Promise<Principal | undefined>
+  /** Whether `keyId` is worth a lookup from a network throttled for failed authentications. */
+  isKnown (keyId: string): boolean
 }
 
 /** The caller of an authenticated route; throws if the route forgot to require auth. */
@@ -43,7 +51,7 @@ function basicUsername (header: string | undefined): string {
  * caller's IP: so a flood of bad credentials is throttled, and a real key's budget is charged
  * only once its secret is proven.
  */
-export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: Authenticator, failuresPerSecond: number }) => {
+export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: CredentialCheck, failuresPerSecond: number }) => {
   const failures = new AuthFailures(opts.failuresPerSecond)
   app.decorateRequest('principal', null)
   app.decorateRequest('authError', null)

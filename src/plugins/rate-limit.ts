@@ -31,7 +31,9 @@ export interface RateLimitOptions {
 /**
  * RATE_LIMIT_PER_SECOND requests per second per API key, or per IP for requests whose
  * credentials did not verify. Runs after the auth plugin's onRequest hook (route-level hooks
- * follow instance hooks), so the key is the verified one.
+ * follow instance hooks), so the key is the verified one: registering it without the auth
+ * plugin first (its declared dependency) fails at startup rather than counting every request
+ * by IP.
  */
 export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOptions) => {
   await app.register(rateLimit, {
@@ -50,4 +52,4 @@ export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOp
   // Unknown paths count too, and answer with the limiter's headers: the plugin limits routes,
   // and the not-found handler is not one unless it asks.
   app.setNotFoundHandler({ preHandler: app.rateLimit() }, answerUnknownRoute)
-}, { name: 'parley-rate-limit' })
+}, { name: 'parley-rate-limit', dependencies: ['parley-auth'] })

@@ -46,6 +46,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.post('/admin/users', {
     schema: {
+      operationId: 'adminCreateUser',
       tags,
       summary: 'Create a user',
       body: CreateUserBody,
@@ -55,6 +56,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.get('/admin/users', {
     schema: {
+      operationId: 'adminListUsers',
       tags,
       summary: 'List users',
       description: 'By address, cursor-paged; `query` keeps those whose address or display name contains it.',
@@ -73,7 +75,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
   })
 
   app.get('/admin/users/:user', {
-    schema: { tags, summary: 'Read a user', params: AdminUserParams, response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) } }
+    schema: { operationId: 'adminGetUser', tags, summary: 'Read a user', params: AdminUserParams, response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) } }
   }, async (req) => {
     const row = await users.find(req.params.user)
     if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
@@ -82,6 +84,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.post('/admin/users/:user', {
     schema: {
+      operationId: 'adminUpdateUser',
       tags,
       summary: 'Rename, deactivate or reactivate a user',
       description: 'A deactivated user\'s keys answer 401 (its event streams close and waiting long-polls answer 401 within ' +
@@ -101,6 +104,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.get('/admin/users/:user/webhooks', {
     schema: {
+      operationId: 'adminListUserWebhooks',
       tags,
       summary: 'List a user\'s webhooks',
       description: 'Oldest first, cursor-paged; never their secrets. Each names the key that registered it (keyId) and ' +
@@ -120,6 +124,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.delete('/admin/users/:user/webhooks/:id', {
     schema: {
+      operationId: 'adminDeleteUserWebhook',
       tags,
       summary: 'Delete one of a user\'s webhooks',
       description: 'The webhook and its delivery log, at once: nothing more is sent to it (a delivery already in flight ends unrecorded). ' +
@@ -136,6 +141,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.post('/admin/keys', {
     schema: {
+      operationId: 'adminCreateKey',
       tags,
       summary: 'Create an API key',
       description: 'For an existing user. The answer is the only time the secret is shown.',
@@ -154,6 +160,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.get('/admin/keys', {
     schema: {
+      operationId: 'adminListKeys',
       tags,
       summary: 'List API keys',
       description: 'All keys, or one user\'s, oldest first; never their secrets. Cursor-paged: `limit` (1-200, default 50) ' +
@@ -175,6 +182,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.post('/admin/keys/:keyId', {
     schema: {
+      operationId: 'adminUpdateKey',
       tags,
       summary: 'Change a key\'s scopes, daily quota or expiry',
       params: KeyParams,
@@ -193,6 +201,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
 
   app.delete('/admin/keys/:keyId', {
     schema: {
+      operationId: 'adminRevokeKey',
       tags,
       summary: 'Revoke a key',
       description: 'Refused everywhere within 5 s (at once on this instance): its event streams are closed, its waiting ' +

@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { transaction } from '../../db/retry.js'
 import type { EventBus } from '../events/event-bus.js'
-import { createEventsRepository } from '../events/events.repository.js'
+import { createEventsRepository, eventDataJson } from '../events/events.repository.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.service.js'
@@ -53,7 +53,7 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
         toGroup: false,
         messageId: message.id,
         body,
-        eventData: JSON.stringify({ message }),
+        eventData: eventDataJson('message.received', { message }),
         files: []
       }])
       await advanceStatus(tx, original, address, 'read')

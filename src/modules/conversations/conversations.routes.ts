@@ -25,6 +25,7 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = 
   app.get('/conversations', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'listConversations',
       tags: ['messages'],
       summary: 'The caller\'s conversations',
       description: 'Every 1:1 peer and group the caller has messages with (a group only while the caller is a member), ' +

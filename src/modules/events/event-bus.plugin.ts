@@ -17,10 +17,12 @@ export interface EventBusPluginOptions {
 /**
  * One LISTEN connection for the process, listening before the app is ready. Stopped before
  * connections drain: waiting long-polls answer (empty) at once instead of holding shutdown.
+ * After the shutdown plugin (a declared dependency), whose preClose hook must run first: the
+ * answers the stop wakes then carry `Connection: close`.
  */
 export const eventBusPlugin = fp(async (app: FastifyInstance, opts: EventBusPluginOptions) => {
   const bus = createEventBus(opts.database)
   await bus.start()
   app.decorate('eventBus', bus)
   app.addHook('preClose', async () => { await bus.stop() })
-}, { name: 'event-bus' })
+}, { name: 'event-bus', dependencies: ['shutdown'] })

@@ -2,15 +2,19 @@ import type { Database } from '../../db/client.js'
 import { EVENTS_CHANNEL } from './events.repository.js'
 
 export interface Subscription {
-  /** Resolves true when the feed may have grown, false when `ms` ran out first. */
+  /**
+   * Resolves true when the feed may have grown (or the bus is stopping), false when `ms` ran
+   * out first or the subscription was cancelled.
+   */
   wait(ms: number): Promise<boolean>
   cancel(): void
 }
 
 /**
- * Wakes whoever waits on a feed when any instance commits an event to it. One LISTEN
- * connection per process, however many long-polls wait; a waiter subscribes before it reads
- * the feed, so an event committed between its read and its wait still wakes it.
+ * Wakes whoever waits on a feed (long-polls, event streams, the test bot) when any instance
+ * commits an event to it, and tells watchAll's watchers (webhook delivery) of every feed that
+ * grew. One LISTEN connection per process, however many wait; a waiter subscribes before it
+ * reads the feed, so an event committed between its read and its wait still wakes it.
  */
 export function createEventBus (database: Database) {
   const waiting = new Map<string, Set<() => void>>()
@@ -44,7 +48,10 @@ export function createEventBus (database: Database) {
       })
     },
 
-    /** Answers every waiting long-poll now and refuses to wait from here on (shutdown). */
+    /**
+     * Wakes every waiter now (a long-poll answers what it has, a stream ends) and refuses to
+     * wait from here on: a subscription made after this resolves at once (shutdown).
+     */
     async stop (): Promise<void> {
       closing = true
       wakeAll()
@@ -56,13 +63,6 @@ export function createEventBus (database: Database) {
 
     get closing (): boolean {
       return closing
-    },
-
-    /** How many requests wait on feeds right now (for metrics and caps). */
-    get waiters (): number {
-      let n = 0
-      for (const set of waiting.values()) n += set.size
-      return n
     },
 
     /** Calls `watch` whenever any feed may have grown; returns the way to stop. */

@@ -10,6 +10,7 @@ import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
 import type { WaitingPlaces } from './waiting-places.js'
 import { MAX_ANSWER_BYTES } from './events.routes.js'
+import { EVENT_ID, EventId } from './events.schemas.js'
 
 export interface EventStreamRoutesOptions {
   db: Db
@@ -20,7 +21,6 @@ export interface EventStreamRoutesOptions {
   heartbeatMs: number
 }
 
-const EVENT_ID = /^[0-9]{1,15}$/
 // One read at most this many events, and at most MAX_ANSWER_BYTES of them: a stream's memory is
 // bounded by a page plus the socket buffer.
 const PAGE = 100
@@ -32,7 +32,7 @@ const STALL_MS = 10_000
 const QUEUE_FULL_RETRY_MS = 250
 
 const StreamQuery = Type.Object({
-  after: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
+  after: Type.Optional(EventId({ description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
 })
 
 export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, keyWatch, waitingPlaces, heartbeatMs }) => {
@@ -41,6 +41,7 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
   app.get('/events/stream', {
     config: { admission: 'none' },
     schema: {
+      operationId: 'streamEvents',
       tags: ['events'],
       summary: 'Stream the caller\'s events (Server-Sent Events)',
       description: 'text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one ' +

@@ -2,7 +2,7 @@ import { and, asc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, t
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { keyMayRead } from '../keys/keys.repository.js'
-import type { Event } from './events.schemas.js'
+import type { Event, EventData, EventType } from './events.schemas.js'
 import { events, type EventRow } from './events.table.js'
 
 /** The NOTIFY channel: its payload is a comma-separated list of addresses whose feeds grew. */
@@ -10,26 +10,31 @@ export const EVENTS_CHANNEL = 'parley_events'
 // NOTIFY payloads stop at 8000 bytes; addresses are at most 64 characters.
 export const ADDRESSES_PER_NOTIFY = 100
 
-/** Every type of event a feed holds (API.md §4 and §9). */
-export const EVENT_TYPES = [
-  'message.received', 'message.deleted', 'message.status',
-  'typing.started', 'typing.stopped',
-  'group.created', 'group.updated', 'group.deleted', 'group.members_added', 'group.members_removed',
-  'webhook.disabled'
-] as const
+/** An event of the catalogue (events.schemas.ts): a `type` and the `data` that type carries. */
+export type EventOf = { [T in EventType]: { type: T, data: EventData<T> } }[EventType]
 
-export type EventType = typeof EVENT_TYPES[number]
-
-export interface NewEvent {
+/** An event to append to `address`'s feed: tsc checks its data against its type's schema. */
+export type NewEvent = EventOf & {
   address: string
-  type: EventType
-  data: unknown
   messageId?: string
   expiresAt?: Date
 }
 
+/** An event's `data` as JSON text, checked against its type: for a statement that writes the event itself. */
+export type EventDataJson<T extends EventType> = string & { readonly eventType: T }
+
+/** The send's statement writes message.received in SQL (send-batch.repository.ts): its data is built here, so tsc checks it like append's. */
+export function eventDataJson<T extends EventType> (_type: T, data: EventData<T>): EventDataJson<T> {
+  return JSON.stringify(data) as EventDataJson<T>
+}
+
+/**
+ * An event as the API answers it. The row holds what a producer wrote, checked by tsc against
+ * the catalogue (append's NewEvent, or the send's statement for message.received): the cast
+ * only restores the type the jsonb column forgets.
+ */
 export function toEvent (row: EventRow): Event {
-  return { id: String(row.seq), type: row.type, createdAt: row.createdAt.toISOString(), data: row.data }
+  return { id: String(row.seq), type: row.type, createdAt: row.createdAt.toISOString(), data: row.data } as Event
 }
 
 /** What an event costs in an answer besides its data: id, type, times, and the JSON around them. */

@@ -11,6 +11,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   app.post('/group', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'createGroup',
       tags: ['groups'],
       summary: 'Create a group',
       description: 'The caller becomes its owner and a member. Every member gets group.created.',
@@ -20,12 +21,13 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   }, async (req) => createGroup(db, maxGroupMembers, principalOf(req).address, req.body.name, req.body.members ?? []))
 
   app.get('/group/:group', {
-    schema: { tags: ['groups'], summary: 'Read a group', description: 'Members only.', params: GroupParams, response: answers(403, 404) }
+    schema: { operationId: 'getGroup', tags: ['groups'], summary: 'Read a group', description: 'Members only.', params: GroupParams, response: answers(403, 404) }
   }, async (req) => readGroup(db, req.params.group, principalOf(req).address))
 
   app.post('/group/:group', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'renameGroup',
       tags: ['groups'],
       summary: 'Rename a group',
       description: 'Owner only. Every member gets group.updated.',
@@ -38,6 +40,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   app.delete('/group/:group', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'deleteGroup',
       tags: ['groups'],
       summary: 'Delete a group',
       description: 'Owner only. Every member gets group.deleted.',
@@ -52,6 +55,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   app.post('/group/:group/members', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'addGroupMembers',
       tags: ['groups'],
       summary: 'Add members',
       description: 'Owner only; unknown addresses 404. Every member gets group.members_added with those newly added.',
@@ -64,6 +68,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
   app.post('/group/:group/members/remove', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'removeGroupMembers',
       tags: ['groups'],
       summary: 'Remove members',
       description: 'The owner may remove anyone but itself (400); a member may remove only itself, leaving the group. ' +

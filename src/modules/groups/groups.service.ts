@@ -1,7 +1,7 @@
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/retry.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
-import { createEventsRepository, type EventType } from '../events/events.repository.js'
+import { createEventsRepository, type EventOf } from '../events/events.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
 import { createGroupsRepository, type GroupsRepository } from './groups.repository.js'
@@ -47,8 +47,8 @@ function summary (group: Group): GroupSummary {
   return { id: group.id, name: group.name, owner: group.owner, memberCount: group.members.length, createdAt: group.createdAt }
 }
 
-async function tell (db: Db, addresses: string[], type: EventType, data: unknown): Promise<void> {
-  await createEventsRepository(db).append(addresses.map((address) => ({ address, type, data })))
+async function tell (db: Db, addresses: string[], event: EventOf): Promise<void> {
+  await createEventsRepository(db).append(addresses.map((address) => ({ address, ...event })))
 }
 
 /*
@@ -63,7 +63,7 @@ export async function createGroup (db: Db, maxMembers: number, owner: string, na
   requireRoom(unique.size, maxMembers)
   return transaction(db, async (tx) => {
     const group = await createGroupsRepository(tx).create(name, owner, await requireUsers(tx, members))
-    await tell(tx, group.members, 'group.created', { group: summary(group) })
+    await tell(tx, group.members, { type: 'group.created', data: { group: summary(group) } })
     return group
   })
 }
@@ -80,7 +80,7 @@ export async function renameGroup (db: Db, id: string, address: string, name: st
     const groups = createGroupsRepository(tx)
     await ownedGroup(groups, id, address)
     const group = await groups.view(await groups.rename(id, name))
-    await tell(tx, group.members, 'group.updated', { group: summary(group) })
+    await tell(tx, group.members, { type: 'group.updated', data: { group: summary(group) } })
     return group
   })
 }
@@ -94,7 +94,7 @@ export async function deleteGroup (db: Db, id: string, address: string): Promise
     await groups.remove(id)
     // Its metadata goes with it (#14.7).
     await createMetadataRepository(tx).remove(id)
-    await tell(tx, members, 'group.deleted', { group: id })
+    await tell(tx, members, { type: 'group.deleted', data: { group: id } })
   })
 }
 
@@ -109,7 +109,7 @@ export async function addGroupMembers (db: Db, maxMembers: number, id: string, a
     requireRoom(new Set([...before, ...wanted]).size, maxMembers)
     const added = await groups.addMembers(id, wanted)
     const group = await groups.view((await groups.find(id))!)
-    if (added.length > 0) await tell(tx, group.members, 'group.members_added', { group: id, members: added })
+    if (added.length > 0) await tell(tx, group.members, { type: 'group.members_added', data: { group: id, members: added } })
     return group
   })
 }
@@ -130,7 +130,7 @@ export async function removeGroupMembers (db: Db, id: string, address: string, a
     const absent = leaving.find((a) => !before.includes(a))
     if (absent !== undefined) throw new NotFound('member', `${absent} of group ${id}`)
     await groups.removeMembers(id, leaving)
-    await tell(tx, before, 'group.members_removed', { group: id, members: leaving.sort() })
+    await tell(tx, before, { type: 'group.members_removed', data: { group: id, members: leaving.sort() } })
     return groups.view((await groups.find(id))!)
   })
 }

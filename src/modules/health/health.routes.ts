@@ -9,21 +9,21 @@ const READY_TIMEOUT_MS = 2_000
 
 const Status = Type.Object({ status: Type.String() })
 
-// Every route, these too, answers 400 to a malformed URL (app.ts frameworkErrors).
-
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
 
 /**
  * For operators and orchestrators: liveness, readiness of the database, and metrics (here,
- * unless METRICS_PORT serves them on a listener of their own). No auth.
+ * unless METRICS_PORT serves them on a listener of their own). No auth (`security: []`).
  */
 export const healthRoutes: FastifyPluginAsyncTypebox<{ database: Database, metrics: Metrics, serveMetrics: boolean }> = async (app, { database, metrics, serveMetrics }) => {
+  // Their 400: every route, these too, answers 400 to a malformed URL (frameworkErrors in
+  // server-options.ts).
   app.get('/healthz', {
-    schema: { tags: ['operations'], summary: 'The process is running', response: { 200: Status, ...errorResponses(400) } }
+    schema: { operationId: 'checkLiveness', security: [], tags: ['operations'], summary: 'The process is running', response: { 200: Status, ...errorResponses(400) } }
   }, async () => ({ status: 'ok' }))
 
   app.get('/readyz', {
-    schema: { tags: ['operations'], summary: 'The database answers', response: { 200: Status, ...errorResponses(400, 503) } }
+    schema: { operationId: 'checkReadiness', security: [], tags: ['operations'], summary: 'The database answers', response: { 200: Status, ...errorResponses(400, 503) } }
   }, async () => {
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<never>((_resolve, reject) => {

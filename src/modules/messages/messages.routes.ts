@@ -15,7 +15,8 @@ import { deleteMessage } from './delete.service.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 import {
-  AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, sendMessageBody, TypingBody, TypingParams
+  AttachmentFile, AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, SendRefused, SentMessage,
+  sendMessageBody, sendMessageWireBody, TypingBody, TypingParams
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.service.js'
 import { createSendCoalescer } from './send-coalescer.js'
@@ -35,8 +36,13 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   const store = createAttachmentChunksRepository(db)
 
   app.post('/message', {
-    config: { acceptsFiles: true },
+    config: {
+      acceptsFiles: true,
+      // The document shows the body per content type (sendMessageWireBody); one schema checks all three.
+      swaggerTransform: ({ schema, url }) => ({ schema: { ...schema, body: sendMessageWireBody(maxBodyChars) }, url })
+    },
     schema: {
+      operationId: 'sendMessage',
       tags: ['messages'],
       summary: 'Send a message',
       description: 'To a user address or a group id, as JSON, a form, or multipart/form-data with `attachment` file parts. ' +
@@ -49,7 +55,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       consumes: ['application/json', 'application/x-www-form-urlencoded', 'multipart/form-data'],
       headers: SendMessageHeaders,
       body: sendMessageBody(maxBodyChars),
-      response: { 200: MessageSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 409, 413, 415, 422) }
+      response: { 200: SentMessage, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 409, 413, 415, 422), 429: SendRefused }
     }
   }, async (req, reply) => {
     const principal = principalOf(req)
@@ -72,6 +78,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.get('/message/:message/status', {
     schema: {
+      operationId: 'getMessageStatus',
       tags: ['messages'],
       summary: 'Delivery status of a message',
       description: 'The sender sees every recipient; a recipient sees only its own row.',
@@ -82,6 +89,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.post('/message/status', {
     schema: {
+      operationId: 'reportMessageStatus',
       tags: ['messages'],
       summary: 'Report delivered or read',
       description: 'Recipients only. Status only moves forward; a report that is not ahead is a no-op (still 204). ' +
@@ -96,6 +104,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.post('/message/typing', {
     schema: {
+      operationId: 'startTyping',
       tags: ['messages'],
       summary: 'Say you are typing',
       description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.',
@@ -109,6 +118,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.delete('/message/typing/:recipient', {
     schema: {
+      operationId: 'stopTyping',
       tags: ['messages'],
       summary: 'Say you stopped typing',
       description: 'Sends typing.stopped { from, to }, to whom typing.started would go.',
@@ -122,6 +132,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.get('/message/:message', {
     schema: {
+      operationId: 'getMessage',
       tags: ['messages'],
       summary: 'Read a message',
       description: 'For its sender and its recipients; a recipient that deleted it for itself gets 404.',
@@ -135,6 +146,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
 
   app.delete('/message/:message', {
     schema: {
+      operationId: 'deleteMessage',
       tags: ['messages'],
       summary: 'Delete a message',
       description: 'By its sender: erased for everyone (body and attachments), with message.deleted to each recipient. ' +
@@ -150,6 +162,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   app.get('/message/:message/attachment/:n', {
     config: { admission: 'transfer' },
     schema: {
+      operationId: 'downloadAttachment',
       tags: ['messages'],
       summary: 'Download an attachment',
       description: 'The bytes as uploaded, with their Content-Type, streamed. Same access as the message. ' +
@@ -158,8 +171,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
         'with the ETag answers 304 with no body.',
       params: AttachmentParams,
       response: {
-        200: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256' }),
-        206: Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary', description: 'The one byte range asked for with Range, with Content-Range' }),
+        ...AttachmentFile,
         304: Type.Unsafe<undefined>({ type: 'null', description: 'If-None-Match matched the ETag: no body, the ETag again' }),
         ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 416)
       }

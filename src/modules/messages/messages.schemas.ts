@@ -1,6 +1,7 @@
 import { Type, type Static } from 'typebox'
 import { MESSAGE_ID_PATTERN } from '../../ids.js'
-import { Timestamp } from '../../schemas.js'
+import { Timestamp, withHeaders } from '../../schemas.js'
+import type { Readable } from 'node:stream'
 import type { UploadedFile } from '../../plugins/uploads.js'
 
 const AttachmentSchema = Type.Object({
@@ -41,6 +42,59 @@ export function sendMessageBody (maxBodyChars: number) {
       Type.Unsafe<UploadedFile>({ type: 'object', description: 'A file part (multipart/form-data only), with its own Content-Type' }),
       { description: 'Repeat the part for several files' }
     ))
+  })
+}
+
+/**
+ * The send's body as a client writes it, for the OpenAPI document (the route's swaggerTransform):
+ * per content type, a file part as bytes, and only multipart carries one.
+ */
+export function sendMessageWireBody (maxBodyChars: number) {
+  const { attachment: _parsed, ...fields } = sendMessageBody(maxBodyChars).properties
+  const files = Type.Array(Type.String({ format: 'binary' }), { description: 'One file part per attachment, each with its own Content-Type' })
+  return {
+    content: {
+      'application/json': { schema: Type.Object(fields) },
+      'application/x-www-form-urlencoded': { schema: Type.Object(fields) },
+      'multipart/form-data': { schema: Type.Object({ ...fields, attachment: Type.Optional(files) }) }
+    }
+  }
+}
+
+/** The daily quota, on a send's answer and on its 429 (quota.repository.ts quotaHeaders). */
+const QuotaHeaders = {
+  'X-Quota-Limit': Type.Integer({ title: 'QuotaLimit', description: 'Messages this key may send per UTC day' }),
+  'X-Quota-Remaining': Type.Integer({ title: 'QuotaRemaining', description: 'Messages left today' }),
+  'X-Quota-Reset': Type.Integer({ title: 'QuotaReset', description: 'Epoch seconds of the next UTC midnight, when the quota refills' })
+}
+
+/** A send's answer: the message, with the quota's headers, and Idempotent-Replayed on a replay. */
+export const SentMessage = withHeaders(MessageSchema, {
+  ...QuotaHeaders,
+  'Idempotent-Replayed': Type.String({ title: 'IdempotentReplayed', description: '"true" when this answers an earlier send with the same Idempotency-Key' })
+})
+
+/** A send's 429: the error, with the quota's headers (QUOTA_EXCEEDED sets them). */
+export const SendRefused = withHeaders(Type.Ref('Error'), QuotaHeaders)
+
+const Bytes = Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary' })
+const FileHeaders = {
+  ETag: Type.String({ title: 'ETag', description: 'The SHA-256 of the file, quoted' }),
+  'Content-Disposition': Type.String({ title: 'ContentDisposition', description: 'attachment, with the filename in an ASCII-safe and an RFC 5987 form' })
+}
+
+/** An attachment's bytes as uploaded, in their own type: not JSON. */
+export const AttachmentFile = {
+  200: withHeaders(Type.Unsafe<Buffer | Readable>({
+    description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256',
+    content: { 'application/octet-stream': { schema: Bytes } }
+  }), FileHeaders),
+  206: withHeaders(Type.Unsafe<Buffer | Readable>({
+    description: 'The one byte range asked for with Range, with Content-Range',
+    content: { 'application/octet-stream': { schema: Bytes } }
+  }), {
+    ...FileHeaders,
+    'Content-Range': Type.String({ title: 'ContentRange', description: 'bytes first-last/size of a partial answer, or bytes */size with 416' })
   })
 }
 

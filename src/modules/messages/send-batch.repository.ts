@@ -2,7 +2,7 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { UploadedFile } from '../../plugins/uploads.js'
 import { queryPrepared, queryShaped } from '../../db/rows.js'
-import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds } from '../events/events.repository.js'
+import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds, type EventDataJson } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
 import { IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
 
@@ -19,8 +19,8 @@ export interface BatchSend {
   toGroup: boolean
   messageId: string
   body: string
-  /** The message.received event's data, `{"message": …}`, its createdAt filled in by the statement. */
-  eventData: string
+  /** The message.received event's data, `{"message": …}` (eventDataJson), its createdAt filled in by the statement. */
+  eventData: EventDataJson<'message.received'>
   /** Its attachments, numbered from 1 in this order. */
   files: UploadedFile[]
   idempotencyKey?: string | undefined

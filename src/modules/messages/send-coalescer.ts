@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js'
 import { isDatabaseUnavailable, sqlState } from '../../db/errors.js'
 import { Forbidden, NotFound, Unavailable, ValidationFailed } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
+import { eventDataJson } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { QuotaExceeded } from '../quota/quota.repository.js'
 import { boundLockWaits, holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
@@ -456,7 +457,7 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
         toGroup,
         messageId: message.id,
         body: input.body,
-        eventData: JSON.stringify({ message }),
+        eventData: eventDataJson('message.received', { message }),
         files: input.files,
         idempotencyKey: input.idempotencyKey,
         requestHash: input.idempotencyKey === undefined ? undefined : requestHash(input)

@@ -11,6 +11,7 @@ const KEY = /^[A-Za-z0-9._-]{1,64}$/
 export const metadataRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
   app.get('/metadata/:entity', {
     schema: {
+      operationId: 'getMetadata',
       tags: ['metadata'],
       summary: 'Read an entity\'s metadata',
       description: 'For anyone who may see the entity: users by everyone, groups by members, messages by sender and recipients.',
@@ -21,6 +22,7 @@ export const metadataRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app,
 
   app.post('/metadata/:entity', {
     schema: {
+      operationId: 'updateMetadata',
       tags: ['metadata'],
       summary: 'Merge into an entity\'s metadata',
       description: `Only the owner writes: a user its own, a group its owner, a message its sender. At most ${MAX_METADATA_KEYS} keys ` +

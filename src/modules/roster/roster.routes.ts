@@ -14,6 +14,7 @@ export const rosterRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
 
   app.get('/roster', {
     schema: {
+      operationId: 'listRoster',
       tags: ['roster'],
       summary: 'The caller\'s contact list',
       description: 'Oldest entry first, cursor-paged: `limit` (1-200, default 50) entries a page, and `nextCursor` to pass ' +
@@ -35,6 +36,7 @@ export const rosterRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
 
   app.post('/roster', {
     schema: {
+      operationId: 'putRosterEntry',
       tags: ['roster'],
       summary: 'Add or rename a contact',
       description: 'A user, or a group the caller is a member of. Adding an entity already there renames it.',
@@ -50,6 +52,7 @@ export const rosterRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, {
 
   app.delete('/roster/:entity', {
     schema: {
+      operationId: 'deleteRosterEntry',
       tags: ['roster'],
       summary: 'Remove a contact',
       params: RosterParams,

@@ -10,6 +10,7 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = async (
   app.post('/search', {
     config: { admission: 'heavy' },
     schema: {
+      operationId: 'search',
       tags: ['search'],
       summary: 'Search messages, users and groups',
       description: 'Messages the caller may read whose body has every word of the query as a word prefix (PostgreSQL full-text ' +

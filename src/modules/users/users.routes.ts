@@ -14,6 +14,7 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
 
   app.get('/user/:user', {
     schema: {
+      operationId: 'getUser',
       tags: ['users'],
       summary: 'Look a user up by address',
       description: 'Any authenticated key may look any user up.',
@@ -28,6 +29,7 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
 
   app.get('/whoami', {
     schema: {
+      operationId: 'whoami',
       tags: ['users'],
       summary: 'The user and key behind the credentials',
       description: 'Not in SPEC.md: like Matrix\'s /account/whoami or Slack\'s auth.test, it lets a client that holds only ' +

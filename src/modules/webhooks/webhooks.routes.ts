@@ -38,6 +38,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
 
   app.post('/webhooks', {
     schema: {
+      operationId: 'createWebhook',
       tags: ['webhooks'],
       summary: 'Register a webhook',
       description: 'Each event of the caller\'s feed (of the listed types) is POSTed to the URL, signed with the secret returned ' +
@@ -71,6 +72,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
 
   app.get('/webhooks', {
     schema: {
+      operationId: 'listWebhooks',
       tags: ['webhooks'],
       summary: 'The caller\'s webhooks (never their secrets)',
       response: { 200: WebhookListSchema, ...errorResponses(...AUTHENTICATED_ERRORS) }
@@ -79,6 +81,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
 
   app.delete('/webhooks/:id', {
     schema: {
+      operationId: 'deleteWebhook',
       tags: ['webhooks'],
       summary: 'Delete a webhook and its delivery log',
       params: WebhookParams,
@@ -91,6 +94,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
 
   app.get('/webhooks/:id/deliveries', {
     schema: {
+      operationId: 'listWebhookDeliveries',
       tags: ['webhooks'],
       summary: 'A webhook\'s delivery log, newest event first',
       description: 'pending: not delivered yet, retried with backoff; delivered: a 2xx answer came; failed: given up (the webhook was disabled).',
@@ -108,6 +112,7 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
 
   app.post('/webhooks/:id/redeliver', {
     schema: {
+      operationId: 'redeliverWebhookEvent',
       tags: ['webhooks'],
       summary: 'Send one event to a webhook again',
       description: 'Sent before the feed\'s next event, whatever its earlier outcome.',

@@ -1,9 +1,8 @@
 import { Type, type Static } from 'typebox'
 import { AddressParam, Timestamp } from '../../schemas.js'
-import { EVENT_TYPES } from '../events/events.repository.js'
+import { EVENT_TYPES, EventId } from '../events/events.schemas.js'
 
 const WebhookId = Type.String({ pattern: '^whk_[0-9a-z]{26}$', description: 'A webhook id (whk_…)' })
-const EventId = Type.String({ pattern: '^[0-9]{1,15}$', description: 'An event id: a decimal string' })
 const EventTypes = Type.Array(Type.Unsafe<string>({ type: 'string', enum: [...EVENT_TYPES] }), {
   minItems: 1, maxItems: EVENT_TYPES.length, uniqueItems: true, description: 'Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them)'
 })
@@ -61,7 +60,7 @@ export const AdminWebhookParams = Type.Object({
 export const AdminWebhooksParams = Type.Object({ user: AddressParam })
 
 const DeliverySchema = Type.Object({
-  event: EventId,
+  event: EventId(),
   status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
   attempts: Type.Integer({ minimum: 0 }),
   lastError: Type.Union([Type.String(), Type.Null()]),
@@ -72,7 +71,7 @@ export type WebhookDelivery = Static<typeof DeliverySchema>
 
 export const DeliveriesQuery = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
-  cursor: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'The nextCursor of the previous page' }))
+  cursor: Type.Optional(EventId({ description: 'The nextCursor of the previous page' }))
 })
 
 export const DeliveryListSchema = Type.Object({
@@ -80,4 +79,4 @@ export const DeliveryListSchema = Type.Object({
   nextCursor: Type.Union([Type.String(), Type.Null()])
 })
 
-export const RedeliverBody = Type.Object({ event: EventId })
+export const RedeliverBody = Type.Object({ event: EventId() })

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
-import { createEventsRepository } from '../../../src/modules/events/events.repository.js'
+import { createEventsRepository, type NewEvent } from '../../../src/modules/events/events.repository.js'
 import { purgeExpired } from '../../../src/modules/retention/retention.js'
 import { build } from '../../helper.js'
 
@@ -28,6 +28,17 @@ t.test('GET /v2/events pages with after and limit; last is the cursor', async (t
     t.equal(res.statusCode, 400, bad)
     t.match(res.json(), { code: 'VALIDATION_FAILED', message: new RegExp(bad.split('=')[0]!) })
   }
+})
+
+t.test('an event is answered as stored, also one written before its type\'s schema changed', async (t) => {
+  const { as, db } = await build(t)
+  const bob = await as('bob')
+  // group.created as it was before it lost its member list (API.md §13): events live 30 days.
+  const data = { group: { id: 'grp_old', name: 'old', owner: 'alice', members: ['alice', 'bob'], createdAt: '2026-01-01T00:00:00.000Z' } }
+  await createEventsRepository(db).append([{ address: 'bob', type: 'group.created', data } as unknown as NewEvent])
+  const res = await bob.get('/v2/events')
+  t.equal(res.statusCode, 200)
+  t.same(res.json().events.map((e: { data: unknown }) => e.data), [data])
 })
 
 t.test('every key of a user reads the same feed', async (t) => {
@@ -94,9 +105,11 @@ t.test('GET /v2/events?wait holds an empty answer until an event arrives', async
 t.test('events past expiresAt are not returned; retention purges acknowledged and old events', async (t) => {
   const { as, db } = await build(t)
   const bob = await as('bob')
+  const lapsed = new Date(Date.now() - 1000)
+  const live = new Date(Date.now() + 60_000)
   await createEventsRepository(db).append([
-    { address: 'bob', type: 'typing.started', data: { from: 'alice', to: 'bob' }, expiresAt: new Date(Date.now() - 1000) },
-    { address: 'bob', type: 'typing.started', data: { from: 'carol', to: 'bob' }, expiresAt: new Date(Date.now() + 60_000) }
+    { address: 'bob', type: 'typing.started', data: { from: 'alice', to: 'bob', expiresAt: lapsed.toISOString() }, expiresAt: lapsed },
+    { address: 'bob', type: 'typing.started', data: { from: 'carol', to: 'bob', expiresAt: live.toISOString() }, expiresAt: live }
   ])
   t.same((await bob.get('/v2/events')).json().events.map((e: { data: { from: string } }) => e.data.from), ['carol'])
 

@@ -5,6 +5,7 @@ import t, { type Test } from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
 import { createSendCoalescer } from '../../../src/modules/messages/send-coalescer.js'
+import { eventDataJson } from '../../../src/modules/events/events.repository.js'
 import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
 import type { SendResult } from '../../../src/modules/messages/send.service.js'
 import { build, type Built } from '../../helper.js'
@@ -26,7 +27,7 @@ async function principal (built: Built, address: string, dailyQuota: number): Pr
 function send (p: Principal, recipient: string, n: number, extra: Partial<BatchSend> = {}): BatchSend {
   const messageId = `msg_batch_${p.address}_${n}`
   const message = { id: messageId, sender: p.address, recipient, body: `#${n}`, attachments: [], createdAt: '' }
-  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: JSON.stringify({ message }), files: [], toGroup: false, ...extra }
+  return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, eventData: eventDataJson('message.received', { message }), files: [], toGroup: false, ...extra }
 }
 
 /** What each settled promise was: its status code, or 200 with the message. */
