@@ -12,7 +12,10 @@ const skip = usingPostgres() ? false : 'PostgreSQL only: six uploads at once nee
 const SENDERS = 6
 const FILES = 10
 const FILE_BYTES = 25 * 1024 * 1024
-const RSS_LIMIT = 400 * 1024 * 1024
+// Measured on loopback (PostgreSQL): Node 22 277 MiB at peak, Node 24 431-433 MiB (its V8 lets
+// the young generation grow larger before it scavenges: 346 MiB with --max-semi-space-size=16).
+// Read whole, the same six sends took ~3.6 GB.
+const RSS_LIMIT = 512 * 1024 * 1024
 
 /** File (s, i)'s bytes, made 64 KiB at a time and never held whole. */
 function * fileBlocks (s: number, i: number): Generator<Buffer> {
@@ -29,7 +32,7 @@ function rssOf (pid: number): number {
   return Number(/(\d+)/.exec(line ?? '')?.[1] ?? 0) * 1024
 }
 
-t.test(`${SENDERS} concurrent sends of ${FILES} x 25 MiB keep the server under 400 MB RSS, every file intact`, { skip, timeout: 280_000 }, async (t) => {
+t.test(`${SENDERS} concurrent sends of ${FILES} x 25 MiB keep the server under 512 MiB RSS, every file intact`, { skip, timeout: 280_000 }, async (t) => {
   const env = await childDatabaseEnv(t)
   const keys: string[] = []
   t.equal((await runCliInProcess(['user', 'create', 'reader'], env)).code, 0)
@@ -75,7 +78,7 @@ t.test(`${SENDERS} concurrent sends of ${FILES} x 25 MiB keep the server under 4
   clearInterval(sampler)
   t.same(answers.map((a) => a.status), Array(SENDERS).fill(200), answers.find((a) => a.status !== 200)?.body.slice(0, 300) ?? 'all sent')
   t.comment(`${SENDERS * FILES * FILE_BYTES / 2 ** 20} MiB in ${seconds.toFixed(1)} s (${(SENDERS * FILES * FILE_BYTES / 2 ** 20 / seconds).toFixed(0)} MiB/s); server peak RSS ${(peak / 2 ** 20).toFixed(0)} MiB`)
-  t.ok(peak < RSS_LIMIT, `server peak RSS ${(peak / 2 ** 20).toFixed(0)} MiB < 400 MB`)
+  t.ok(peak < RSS_LIMIT, `server peak RSS ${(peak / 2 ** 20).toFixed(0)} MiB < 512 MiB`)
 
   // Read back through the server, chunk by chunk, and compare by SHA-256.
   const reader = JSON.parse((await runCliInProcess(['key', 'create', 'reader', '--json'], env)).stdout) as { keyId: string, secret: string }
