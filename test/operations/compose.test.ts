@@ -7,7 +7,7 @@ import pg from 'pg'
 import t from 'tap'
 import { loadConfig } from '../../src/config.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
-import { childDatabaseEnv, runCli, runCliInProcess, startServer, tempDir } from '../support/processes.js'
+import { childDatabaseEnv, runCli, runCliInProcess, spawnDaemon, startServer, tempDir } from '../support/processes.js'
 import { freePort } from '../support/ports.js'
 
 const run = promisify(execFile)
@@ -260,26 +260,15 @@ t.test('the balancer (deploy/balancer.Caddyfile, in Debian\'s Caddy) in front of
 
   const home = tempDir(t, 'parley-balancer-')
   const port = await freePort()
-  const proxy = spawn('caddy', ['run', '--config', 'deploy/balancer.Caddyfile', '--adapter', 'caddyfile'], {
-    env: {
-      PATH: process.env.PATH,
-      HOME: home,
-      XDG_DATA_HOME: join(home, 'data'),
-      XDG_CONFIG_HOME: join(home, 'config'),
-      BALANCER_PORT: String(port),
-      CADDY_ADMIN: 'off',
-      PARLEY_UPSTREAM_HOST: '127.0.0.1',
-      PARLEY_UPSTREAM_PORT: new URL(server.url).port
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let caddyLog = ''
-  proxy.stdout.on('data', (chunk: Buffer) => { caddyLog += chunk.toString() })
-  proxy.stderr.on('data', (chunk: Buffer) => { caddyLog += chunk.toString() })
-  const exited = new Promise((resolve) => proxy.on('exit', resolve))
-  t.teardown(async () => {
-    if (proxy.exitCode === null) proxy.kill('SIGTERM')
-    await exited
+  const proxy = spawnDaemon(t, 'caddy', ['run', '--config', 'deploy/balancer.Caddyfile', '--adapter', 'caddyfile'], {
+    PATH: process.env.PATH,
+    HOME: home,
+    XDG_DATA_HOME: join(home, 'data'),
+    XDG_CONFIG_HOME: join(home, 'config'),
+    BALANCER_PORT: String(port),
+    CADDY_ADMIN: 'off',
+    PARLEY_UPSTREAM_HOST: '127.0.0.1',
+    PARLEY_UPSTREAM_PORT: new URL(server.url).port
   })
 
   const base = `http://127.0.0.1:${port}`
@@ -288,7 +277,7 @@ t.test('the balancer (deploy/balancer.Caddyfile, in Debian\'s Caddy) in front of
     ready = await fetch(`${base}/healthz`).catch(() => undefined)
     if (ready?.status !== 200) await new Promise((resolve) => setTimeout(resolve, 100))
   }
-  t.equal(ready?.status, 200, ready?.status === 200 ? 'the balancer answers' : `the balancer never answered:\n${caddyLog}`)
+  t.equal(ready?.status, 200, ready?.status === 200 ? 'the balancer answers' : `the balancer never answered:\n${proxy.output()}`)
   if (ready?.status !== 200) return
   t.equal((await fetch(`${base}/metrics`)).status, 404, 'no metrics through the balancer')
   t.equal((await fetch(`${base}/readyz`)).status, 200)
@@ -335,31 +324,20 @@ t.test('deploy/pgbouncer/entrypoint.sh runs Debian\'s PgBouncer in transaction m
   const database = upstream.pathname.slice(1)
   const user = decodeURIComponent(upstream.username) || 'postgres'
   const password = 'a "quoted" secret'
-  const child = spawn('sh', ['deploy/pgbouncer/entrypoint.sh'], {
-    env: {
-      PATH: `${process.env.PATH}:/usr/sbin`,
-      PGBOUNCER_PASSWORD: password,
-      PGBOUNCER_DATABASE: database,
-      PGBOUNCER_USER: user,
-      PGBOUNCER_UPSTREAM_HOST: upstream.hostname === 'localhost' ? '127.0.0.1' : upstream.hostname,
-      PGBOUNCER_UPSTREAM_PORT: upstream.port || '5432',
-      PGBOUNCER_LISTEN_ADDR: '127.0.0.1',
-      PGBOUNCER_LISTEN_PORT: String(port),
-      PGBOUNCER_DEFAULT_POOL_SIZE: '1',
-      PGBOUNCER_CONFIG_DIR: join(dir, 'config')
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
+  const bouncer = spawnDaemon(t, 'sh', ['deploy/pgbouncer/entrypoint.sh'], {
+    PATH: `${process.env.PATH}:/usr/sbin`,
+    PGBOUNCER_PASSWORD: password,
+    PGBOUNCER_DATABASE: database,
+    PGBOUNCER_USER: user,
+    PGBOUNCER_UPSTREAM_HOST: upstream.hostname === 'localhost' ? '127.0.0.1' : upstream.hostname,
+    PGBOUNCER_UPSTREAM_PORT: upstream.port || '5432',
+    PGBOUNCER_LISTEN_ADDR: '127.0.0.1',
+    PGBOUNCER_LISTEN_PORT: String(port),
+    PGBOUNCER_DEFAULT_POOL_SIZE: '1',
+    PGBOUNCER_CONFIG_DIR: join(dir, 'config')
   })
-  let output = ''
-  child.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  child.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  const exited = new Promise((resolve) => child.on('exit', resolve))
-  t.teardown(async () => {
-    if (child.exitCode === null) child.kill('SIGTERM')
-    await exited
-  })
-  for (let i = 0; i < 100 && !/listening on 127\.0\.0\.1/.test(output) && child.exitCode === null; i++) await new Promise((resolve) => setTimeout(resolve, 50))
-  t.match(output, /listening on 127\.0\.0\.1/, output)
+  for (let i = 0; i < 100 && !/listening on 127\.0\.0\.1/.test(bouncer.output()) && bouncer.child.exitCode === null; i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  t.match(bouncer.output(), /listening on 127\.0\.0\.1/, bouncer.output())
   t.match(readFileSync(join(dir, 'config', 'pgbouncer.ini'), 'utf8'), /^pool_mode = transaction$/m)
 
   const url = `postgres://${encodeURIComponent(user)}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`

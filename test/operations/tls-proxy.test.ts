@@ -1,10 +1,10 @@
-import { execFile, spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { request } from 'node:https'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
-import { childDatabaseEnv, runCliInProcess, startServer, tempDir } from '../support/processes.js'
+import { childDatabaseEnv, runCliInProcess, spawnDaemon, startServer, tempDir } from '../support/processes.js'
 import { freePort } from '../support/ports.js'
 
 const caddy = await promisify(execFile)('caddy', ['version']).then(() => true, () => false)
@@ -35,28 +35,17 @@ t.test('behind Caddy (deploy/Caddyfile) over HTTPS on loopback, with TRUST_PROXY
 
   const home = tempDir(t, 'parley-caddy-')
   const [httpPort, httpsPort] = [await freePort(), await freePort()]
-  const proxy = spawn('caddy', ['run', '--config', 'deploy/Caddyfile', '--adapter', 'caddyfile'], {
-    env: {
-      PATH: process.env.PATH,
-      HOME: home,
-      XDG_DATA_HOME: join(home, 'data'),
-      XDG_CONFIG_HOME: join(home, 'config'),
-      CADDY_HTTP_PORT: String(httpPort),
-      CADDY_HTTPS_PORT: String(httpsPort),
-      CADDY_ADMIN: 'off',
-      PARLEY_DOMAIN: 'localhost',
-      PARLEY_UPSTREAM_HOST: new URL(server.url).hostname,
-      PARLEY_UPSTREAM_PORT: new URL(server.url).port
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let caddyLog = ''
-  proxy.stdout.on('data', (chunk: Buffer) => { caddyLog += chunk.toString() })
-  proxy.stderr.on('data', (chunk: Buffer) => { caddyLog += chunk.toString() })
-  const exited = new Promise((resolve) => proxy.on('exit', resolve))
-  t.teardown(async () => {
-    if (proxy.exitCode === null) proxy.kill('SIGTERM')
-    await exited
+  const proxy = spawnDaemon(t, 'caddy', ['run', '--config', 'deploy/Caddyfile', '--adapter', 'caddyfile'], {
+    PATH: process.env.PATH,
+    HOME: home,
+    XDG_DATA_HOME: join(home, 'data'),
+    XDG_CONFIG_HOME: join(home, 'config'),
+    CADDY_HTTP_PORT: String(httpPort),
+    CADDY_HTTPS_PORT: String(httpsPort),
+    CADDY_ADMIN: 'off',
+    PARLEY_DOMAIN: 'localhost',
+    PARLEY_UPSTREAM_HOST: new URL(server.url).hostname,
+    PARLEY_UPSTREAM_PORT: new URL(server.url).port
   })
 
   // Caddy issues the certificate from its local CA as it starts.
@@ -67,7 +56,7 @@ t.test('behind Caddy (deploy/Caddyfile) over HTTPS on loopback, with TRUST_PROXY
     if (existsSync(root)) ready = await get(`${base}/healthz`, readFileSync(root, 'utf8')).catch(() => undefined)
     if (ready === undefined) await new Promise((resolve) => setTimeout(resolve, 100))
   }
-  t.ok(ready, ready === undefined ? `Caddy never answered over HTTPS:\n${caddyLog}` : 'Caddy answers over HTTPS')
+  t.ok(ready, ready === undefined ? `Caddy never answered over HTTPS:\n${proxy.output()}` : 'Caddy answers over HTTPS')
   if (ready === undefined) return
   const ca = readFileSync(root, 'utf8')
   t.equal(ready.status, 200)

@@ -117,3 +117,20 @@ export async function childDatabaseEnv (t: TestContext): Promise<Record<string, 
   await freshDataDir(dir)
   return { DATA_DIR: dir }
 }
+
+/**
+ * A helper server a test runs beside Parley (Caddy, PgBouncer): its output kept for the test's
+ * messages, stopped with SIGTERM at teardown. `env` is the whole environment it gets.
+ */
+export function spawnDaemon (t: TestContext, command: string, args: string[], env: NodeJS.ProcessEnv): { child: ChildProcess, output(): string } {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  child.stdout!.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  child.stderr!.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  const exited = new Promise((resolve) => child.on('exit', resolve))
+  t.teardown(async () => {
+    if (child.exitCode === null) child.kill('SIGTERM')
+    await exited
+  })
+  return { child, output: () => output }
+}
