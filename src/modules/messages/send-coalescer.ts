@@ -309,6 +309,13 @@ export function createSendCoalescer (db: Db, options: SendCoalescerOptions) {
     const idempotencyKey = keyOf(p.send)
     const marked = markRetrying(p.send)
     try {
+      // Another send with its Idempotency-Key retries here already (its batch failed first, or
+      // both were in flight in two batches at once): this one is the duplicate of a send in
+      // flight, answered 409, never written in the other's place when the row comes free.
+      if (idempotencyKey !== undefined && !marked) {
+        p.reject(new IdempotencyInProgress(p.send.idempotencyKey!))
+        return
+      }
       for (let n = first; ; n++) {
         if (n > 0) {
           const state = sqlState(err)
