@@ -9,7 +9,7 @@ import { promisify } from 'node:util'
  * statement, one commit): client i sends as sender<i> to
  * receiver<i>, as the HTTP scenario's connection i does. This is the limit of one commit per
  * send, with no HTTP, JSON, validation or Node in between. The service now coalesces sends
- * (send-coalescer.ts, send-batch.repository.ts: many sends, one commit), so it can pass it.
+ * (send-lanes.ts, send-batch.repository.ts: many sends, one commit), so it can pass it.
  */
 const SEND_TRANSACTION = String.raw`
 \set mid random(1, 9223372036854775807)

@@ -8,9 +8,8 @@
  * Environment: BENCH_DATABASE_URL (an admin URL, default postgres://postgres@127.0.0.1:5432/postgres).
  */
 import { connectPostgres, type Database } from '../src/db/client.js'
-import { eventDataJson } from '../src/modules/events/events.repository.js'
 import { writeBatch, type BatchSend } from '../src/modules/messages/send-batch.repository.js'
-import { newMessage } from '../src/modules/messages/send.service.js'
+import { batchSendOf, newMessage } from '../src/modules/messages/send.service.js'
 import { createFixtures, freshDatabase, type Key } from './fixtures.js'
 import { percentiles } from './pollers.js'
 
@@ -19,18 +18,8 @@ const BLOCKS = 6
 const PER_BLOCK = 300
 
 function sendOf (from: Key, to: Key, n: number): BatchSend {
-  const { message } = newMessage({ sender: from.address, recipient: to.address, body: `statement cost ${n}`, files: [] }, to.address)
-  return {
-    keyId: from.keyId,
-    limit: 1_000_000_000,
-    sender: from.address,
-    recipient: to.address,
-    toGroup: false,
-    messageId: message.id,
-    body: message.body,
-    eventData: eventDataJson('message.received', { message }),
-    files: []
-  }
+  const message = newMessage({ sender: from.address, recipient: to.address, body: `statement cost ${n}`, files: [] })
+  return batchSendOf(message, { files: [], toGroup: false, countsAgainst: { keyId: from.keyId, dailyQuota: 1_000_000_000 } })
 }
 
 async function main (): Promise<void> {

@@ -3,12 +3,12 @@ import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { transaction } from '../../db/retry.js'
 import type { EventBus } from '../events/event-bus.js'
-import { createEventsRepository, eventDataJson } from '../events/events.repository.js'
+import { createEventsRepository } from '../events/events.repository.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.service.js'
 import { writeBatch } from '../messages/send-batch.repository.js'
-import { newMessage } from '../messages/send.service.js'
+import { batchSendOf, newMessage } from '../messages/send.service.js'
 
 const BATCH = 20
 // A missed notification (a connection blip) delays a reply by at most this much.
@@ -43,19 +43,8 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
       if (await createMessagesRepository(tx).find(original.id) === undefined) return true
       // The reply is written as a send is, counted for no one; a sender deactivated since (or
       // gone) gets none, and the statement writes nothing for it.
-      const body = `echo: ${original.body}`
-      const { message } = newMessage({ sender: address, recipient: original.sender, body, files: [] }, original.sender)
-      await writeBatch(tx, [{
-        keyId: null,
-        limit: 0,
-        sender: address,
-        recipient: original.sender,
-        toGroup: false,
-        messageId: message.id,
-        body,
-        eventData: eventDataJson('message.received', { message }),
-        files: []
-      }])
+      const message = newMessage({ sender: address, recipient: original.sender, body: `echo: ${original.body}`, files: [] })
+      await writeBatch(tx, [batchSendOf(message, { files: [], toGroup: false, countsAgainst: null })])
       await advanceStatus(tx, original, address, 'read')
       return true
     })

@@ -19,20 +19,20 @@ import {
   sendMessageBody, sendMessageWireBody, TypingBody, TypingParams
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.service.js'
-import { createSendCoalescer } from './send-coalescer.js'
+import { createSendService } from './send.service.js'
 import { startTyping, stopTyping } from './typing.service.js'
 
 export interface MessagesRoutesOptions {
   db: Db
   maxBodyChars: number
   metrics: Metrics
-  /** Send batches in flight at once (see createSendCoalescer). */
+  /** Send batches in flight at once per lane (see sendBatches in send-lanes.ts). */
   sendBatches: number
 }
 
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
-  const coalescer = createSendCoalescer(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
+  const sending = createSendService(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
   const store = createAttachmentChunksRepository(db)
 
   app.post('/message', {
@@ -63,7 +63,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     if (!files.every((f) => f instanceof UploadedFile)) {
       throw new ValidationFailed('attachment: files are sent as multipart/form-data file parts')
     }
-    const result = await coalescer.send({
+    const result = await sending.send({
       principal,
       recipient: req.body.recipient,
       body: req.body.body ?? '',

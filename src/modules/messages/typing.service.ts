@@ -1,9 +1,13 @@
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/retry.js'
+import { NotFound } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import { createGroupsRepository } from '../groups/groups.repository.js'
+import { memberGroup } from '../groups/groups.service.js'
 import { createUsersRepository } from '../users/users.repository.js'
-import { resolveRecipients } from './send.service.js'
+import { RecipientDeactivated } from './send.errors.js'
+import { userAddress } from './send.service.js'
 
 /** How long a typing event (started or stopped) holds before it lapses. */
 const TYPING_TTL_MS = 15_000
@@ -15,6 +19,24 @@ const TYPING_TTL_MS = 15_000
  * live start's expiry (ms since the epoch, database clock).
  */
 const liveGroupTyping = new Map<string, number>()
+
+/**
+ * Who a typing indicator goes to: a user itself, or every member of a group but the sender, who
+ * must be a member. Inside a transaction the group is held shared, so a membership change cannot
+ * interleave and an indicator never reaches a non-member.
+ */
+async function resolveRecipients (db: Db, sender: string, recipient: string): Promise<{ recipient: string, addresses: string[] }> {
+  if (isGroupId(recipient)) {
+    const groups = createGroupsRepository(db)
+    await memberGroup(groups, recipient, sender, 'share')
+    return { recipient, addresses: (await groups.activeMembers(recipient)).filter((a) => a !== sender) }
+  }
+  const address = userAddress(recipient)
+  const user = await createUsersRepository(db).find(address)
+  if (user === undefined) throw new NotFound('user', address)
+  if (user.deactivatedAt !== null) throw new RecipientDeactivated(address)
+  return { recipient: address, addresses: [address] }
+}
 
 /** Forgets lapsed entries, so the map holds only live starts. */
 function sweep (now: number): void {

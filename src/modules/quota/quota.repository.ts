@@ -1,7 +1,6 @@
 import { lt, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
-import { AppError } from '../../errors.js'
 import { quotaUsage } from './quota.table.js'
 
 export interface QuotaState { limit: number, used: number, resetAt: number }
@@ -11,15 +10,6 @@ export function quotaHeaders (state: QuotaState): Record<string, string> {
     'x-quota-limit': String(state.limit),
     'x-quota-remaining': String(Math.max(0, state.limit - state.used)),
     'x-quota-reset': String(state.resetAt)
-  }
-}
-
-export class QuotaExceeded extends AppError {
-  constructor (state: QuotaState) {
-    super(429, 'QUOTA_EXCEEDED', `Daily message quota of ${state.limit} reached; contact the operator for higher volume`, {
-      ...quotaHeaders(state),
-      'retry-after': String(Math.max(1, state.resetAt - Math.floor(Date.now() / 1000)))
-    })
   }
 }
 

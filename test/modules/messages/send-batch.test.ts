@@ -4,10 +4,9 @@ import pg from 'pg'
 import t, { type Test } from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
-import { createSendCoalescer } from '../../../src/modules/messages/send-coalescer.js'
 import { eventDataJson } from '../../../src/modules/events/events.repository.js'
 import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
-import type { SendResult } from '../../../src/modules/messages/send.service.js'
+import { createSendService, type SendResult } from '../../../src/modules/messages/send.service.js'
 import { build, type Built } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
 
@@ -101,16 +100,16 @@ t.test('a send of no key (the test bot\'s reply) is written beside counted ones 
 t.test('fired at once, sends coalesce: a key past its quota loses only what does not fit, exactly', async (t) => {
   const built = await build(t, { env: FAST })
   const batches: number[] = []
-  const coalescer = createSendCoalescer(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
+  const service = createSendService(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
   const tight = await principal(built, 'tight', 5)
   const free = await principal(built, 'free', 1000)
   await built.createUser('bob')
   const input = (p: Principal, recipient: string, body: string) => ({ principal: p, recipient, body, files: [] })
 
   const sends: Promise<SendResult>[] = []
-  for (let i = 0; i < 8; i++) sends.push(coalescer.send(input(tight, 'bob', `tight ${i}`)))
-  for (let i = 0; i < 8; i++) sends.push(coalescer.send(input(free, 'bob', `free ${i}`)))
-  sends.push(coalescer.send(input(free, 'nobody', 'lost')))
+  for (let i = 0; i < 8; i++) sends.push(service.send(input(tight, 'bob', `tight ${i}`)))
+  for (let i = 0; i < 8; i++) sends.push(service.send(input(free, 'bob', `free ${i}`)))
+  sends.push(service.send(input(free, 'nobody', 'lost')))
   const out = await outcomes(sends)
 
   t.ok(batches.some((size) => size > 1), `sends were written together (batches: ${batches.join(', ')})`)
@@ -134,11 +133,11 @@ t.test('a send with an Idempotency-Key never shares a batch with its own key\'s 
   // later transaction, after its Idempotency-Key lock was let go.
   const built = await build(t, { env: FAST })
   const batches: number[] = []
-  const coalescer = createSendCoalescer(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
+  const service = createSendService(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
   const tight = await principal(built, 'tight', 2)
   await built.createUser('bob')
   const input = (body: string, idempotencyKey?: string) => ({ principal: tight, recipient: 'bob', body, files: [], idempotencyKey })
-  const out = await outcomes([coalescer.send(input('a')), coalescer.send(input('b')), coalescer.send(input('c', 'k-1'))])
+  const out = await outcomes([service.send(input('a')), service.send(input('b')), service.send(input('c', 'k-1'))])
   t.same(batches, [1, 1, 1], 'the keyed send waited for a batch of its own')
   t.same(out.map((o) => typeof o === 'number' ? o : 200), [200, 200, 429], 'a quota of two: the third send is refused, exactly')
   const [{ n }] = await queryRows<{ n: number }>(built.db, sql`SELECT count(*)::int AS n FROM idempotency_keys`) as [{ n: number }]
@@ -148,7 +147,7 @@ t.test('a send with an Idempotency-Key never shares a batch with its own key\'s 
 t.test('group sends coalesce: each member gets consecutive feed ids, non-members and unknown groups refuse alone', async (t) => {
   const built = await build(t, { env: FAST })
   const batches: number[] = []
-  const coalescer = createSendCoalescer(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
+  const service = createSendService(built.db, { concurrency: 1, onBatch: (size) => batches.push(size) })
   const alice = await built.as('alice')
   const mallory = await principal(built, 'mallory', 100)
   await built.createUser('bob')
@@ -162,10 +161,10 @@ t.test('group sends coalesce: each member gets consecutive feed ids, non-members
   const input = (p: Principal, recipient: string, body: string) => ({ principal: p, recipient, body, files: [] })
 
   const sends: Promise<SendResult>[] = []
-  for (let i = 0; i < 6; i++) sends.push(coalescer.send(input(sender, group, `to the team ${i}`)))
-  sends.push(coalescer.send(input(mallory, group, 'let me in')))
-  sends.push(coalescer.send(input(sender, 'grp_00000000000000000000000000', 'nowhere')))
-  sends.push(coalescer.send(input(sender, 'bob', 'just bob')))
+  for (let i = 0; i < 6; i++) sends.push(service.send(input(sender, group, `to the team ${i}`)))
+  sends.push(service.send(input(mallory, group, 'let me in')))
+  sends.push(service.send(input(sender, 'grp_00000000000000000000000000', 'nowhere')))
+  sends.push(service.send(input(sender, 'bob', 'just bob')))
   const out = await outcomes(sends)
 
   t.ok(batches.some((size) => size > 1), `group sends were written together (batches: ${batches.join(', ')})`)
