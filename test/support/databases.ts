@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
 import pg from 'pg'
+import tap from 'tap'
 import { connectPostgres, wrapPglite, type Database } from '../../src/db/client.js'
 import { MIGRATIONS_FOLDER, migrateDatabase } from '../../src/db/migrate.js'
 
@@ -97,16 +98,108 @@ async function postgresTemplate (): Promise<string> {
   return template
 }
 
+/** What a migrated embedded database holds: every table, the rows migrations put in them, and its schema's fingerprint. */
+interface Migrated {
+  tables: string[]
+  seeds: { table: string, rows: string }[]
+  fingerprint: string
+}
+
+/**
+ * The schema's shape: relations, columns, functions, triggers and indexes. A test that changed
+ * it (or a broken instance, which cannot answer) makes an instance unfit to hand on.
+ */
+const FINGERPRINT = `SELECT md5(string_agg(item, ',' ORDER BY item)) AS fingerprint FROM (
+  SELECT c.relname || ':' || c.relkind::text AS item FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+  UNION ALL SELECT c.relname || '.' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+    JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL SELECT p.proname || ':' || md5(p.prosrc) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+  UNION ALL SELECT t.tgname || ':' || t.tgenabled::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+) AS shape`
+
+let migrated: Promise<Migrated> | undefined
+
+/** Read once, from the first instance, before any test has used it. */
+function describeMigrated (client: PGlite): Promise<Migrated> {
+  migrated ??= (async () => {
+    const listed = await client.query<{ name: string }>(`SELECT quote_ident(tablename) AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`)
+    const tables = listed.rows.map((row) => row.name)
+    const seeds: Migrated['seeds'] = []
+    for (const table of tables) {
+      const rows = await client.query<{ rows: string | null }>(`SELECT json_agg(t)::text AS rows FROM ${table} AS t`)
+      if (rows.rows[0]?.rows != null) seeds.push({ table, rows: rows.rows[0].rows })
+    }
+    const shape = await client.query<{ fingerprint: string }>(FINGERPRINT)
+    return { tables, seeds, fingerprint: shape.rows[0]!.fingerprint }
+  })()
+  return migrated
+}
+
+/**
+ * Puts a used instance back as the migrations left it, or says it cannot be: its tables
+ * emptied and the migrations' rows written again, its session as new (no transaction, no
+ * setting, no advisory lock, no LISTEN, no temporary table), its schema unchanged.
+ */
+async function reset (client: PGlite, state: Migrated): Promise<boolean> {
+  try {
+    if (client.isInTransaction()) await client.exec('ROLLBACK')
+    // With no trigger firing (session_replication_role): the migrations' rows are written
+    // back as they were, side effects and all, and users' TRUNCATE trigger does not reach
+    // into tables this same statement empties.
+    await client.exec(`RESET ALL; SELECT pg_advisory_unlock_all(); UNLISTEN *; DISCARD TEMP;
+      SET session_replication_role = replica; TRUNCATE ${state.tables.join(', ')} RESTART IDENTITY CASCADE`)
+    for (const seed of state.seeds) {
+      await client.query(`INSERT INTO ${seed.table} SELECT * FROM json_populate_recordset(NULL::${seed.table}, $1::json)`, [seed.rows])
+    }
+    await client.exec('RESET session_replication_role')
+    const shape = await client.query<{ fingerprint: string }>(FINGERPRINT)
+    return shape.rows[0]?.fingerprint === state.fingerprint
+  } catch {
+    return false
+  }
+}
+
+/** Embedded instances a finished test gave back, each reset before its next test; closed when the file's tests end. */
+const spare: PGlite[] = []
+let closingSpares = false
+function keepSpare (client: PGlite): void {
+  if (!closingSpares) {
+    closingSpares = true
+    tap.teardown(async () => { for (const spared of spare.splice(0)) await spared.close().catch(() => {}) })
+  }
+  spare.push(client)
+}
+
+/**
+ * A migrated embedded instance of the test's own: a spare one reset (tens of milliseconds), or a
+ * new one from the snapshot (about a second of CPU: the WASM Postgres starts and unpacks it).
+ */
+async function embeddedInstance (): Promise<PGlite> {
+  for (let client = spare.pop(); client !== undefined; client = spare.pop()) {
+    if (!client.closed && await reset(client, await describeMigrated(client))) return client
+    if (!client.closed) await client.close().catch(() => {})
+  }
+  const client = await PGlite.create({ loadDataDir: await pgliteSnapshot() })
+  await describeMigrated(client)
+  return client
+}
+
 /** A fresh, migrated database of its own: PGlite from the snapshot, or a new PostgreSQL database. */
 export async function freshDatabase (): Promise<TestDatabase> {
   if (!usingPostgres()) {
-    const client = await PGlite.create({ loadDataDir: await pgliteSnapshot() })
+    const client = await embeddedInstance()
     const database = wrapPglite(client)
-    let closed = false
+    let done = false
     return {
-      database: { ...database, close: async () => { if (!closed) { closed = true; await database.close() } } },
+      // Closed by the test (a database gone away): that instance is not used again.
+      database: { ...database, close: async () => { if (!done) { done = true; await database.close() } } },
       url: undefined,
-      drop: async () => { if (!closed) { closed = true; await database.close() } }
+      // Given back for the next test of this process, which finds it reset.
+      drop: async () => {
+        if (done) return
+        done = true
+        if (!client.closed) keepSpare(client)
+      }
     }
   }
   const tpl = await postgresTemplate()
