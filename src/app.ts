@@ -21,7 +21,7 @@ import { conversationsRoutes } from './modules/conversations/conversations.route
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
-import { createWaitingPlaces } from './modules/events/waiting-places.js'
+import { createFeedWaiting } from './modules/events/feed-waiting.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
@@ -60,7 +60,10 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(shutdownPlugin)
   await app.register(retentionPlugin, { db: database.db })
   await app.register(eventBusPlugin, { database })
-  await app.register(testBotPlugin, { db: database.db, address: config.testBotAddress })
+  // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
+  // against one per-key cap.
+  const feed = createFeedWaiting({ bus: app.eventBus, keyWatch: app.keyWatch, maxPerKey: config.maxLongPollsPerKey })
+  await app.register(testBotPlugin, { db: database.db, address: config.testBotAddress, feed })
   await app.register(webhookDispatcherPlugin, {
     db: database.db, secretsKey: config.webhookSecretsKey, allowPrivate: config.webhookAllowPrivate
   })
@@ -99,12 +102,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(messagesRoutes, {
       db: database.db, maxBodyChars: config.maxBodyChars, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
-    // Long-polls and event streams count against one per-key cap.
-    const waitingPlaces = createWaitingPlaces(config.maxLongPollsPerKey)
-    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, waitingPlaces })
-    await v2.register(eventStreamRoutes, {
-      db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, waitingPlaces, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
-    })
+    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, metrics: app.metrics, feed })
+    await v2.register(eventStreamRoutes, { db: database.db, feed, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000 })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
