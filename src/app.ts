@@ -25,9 +25,9 @@ import { createFeedWaiting } from './modules/events/feed-waiting.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
-import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { sendBatches } from './modules/messages/send-coalescer.js'
+import { uploadsPlugin } from './modules/messages/uploads.plugin.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
 import { retentionPlugin } from './modules/retention/retention.plugin.js'
 import { rosterRoutes } from './modules/roster/roster.routes.js'
@@ -75,13 +75,16 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     onError: (code) => app.metrics.error(code)
   })
   await app.register(bodyParsersPlugin, {
-    maxAttachments: config.maxAttachments,
-    maxAttachmentBytes: config.maxAttachmentBytes,
-    maxBodyChars: config.maxBodyChars,
-    uploads: createAttachmentChunksRepository(database.db),
-    chunkBytes: CHUNK_BYTES,
     // The largest lists a schema takes are 1,000 members or event ids; metadata is 16 KiB.
     maxBodyValues: 20_000
+  })
+  // multipart/form-data, for the routes that take files: beside the attachment store it fills.
+  // At the root, with the body parsers, and after them (its hooks run after theirs).
+  await app.register(uploadsPlugin, {
+    db: database.db,
+    maxAttachments: config.maxAttachments,
+    maxAttachmentBytes: config.maxAttachmentBytes,
+    maxBodyChars: config.maxBodyChars
   })
   await app.register(healthRoutes, { database, metrics: app.metrics, serveMetrics: config.metricsPort === undefined })
   // Encapsulated: helmet's headers and CSP apply to the console's files only.
