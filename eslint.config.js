@@ -36,6 +36,23 @@ export default [
       'no-unmodified-loop-condition': 'off'
     }
   },
+  {
+    // One way to run a transaction: db/transaction.ts's, which runs it again when the database
+    // asks (a deadlock, a serialization failure, a named statement lost through a pooler)
+    // instead of answering 500. Where a retry would be wrong, the call says why and is let
+    // through (eslint-disable-next-line: replica.ts). And the send coalescer's `attempt`, listed
+    // here rather than marked in its file: a batch is one try by design (a failed batch is split
+    // and each send tried again alone, writeAlone), so a retry of the whole batch would hold
+    // every send in it behind one held row.
+    files: ['src/**/*.ts'],
+    ignores: ['src/db/transaction.ts', 'src/modules/messages/send-coalescer.ts'],
+    rules: {
+      'no-restricted-syntax': ['error', {
+        selector: "CallExpression[callee.type='MemberExpression'][callee.property.name='transaction']",
+        message: 'Run transactions with transaction(db, work) from src/db/transaction.ts: it retries what the database asks to have run again.'
+      }]
+    }
+  },
   // The layering (README, Layout), checked rather than hoped for.
   {
     files: ['src/modules/**/*.ts'],

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
-import { transaction } from '../../db/retry.js'
+import { transaction } from '../../db/transaction.js'
 import { createEventsRepository, eventDataJson } from '../events/events.repository.js'
 import type { FeedWaiting } from '../events/feed-waiting.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
