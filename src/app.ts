@@ -21,13 +21,13 @@ import { conversationsRoutes } from './modules/conversations/conversations.route
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
-import { createWaitingPlaces } from './modules/events/waiting-places.js'
+import { createFeedWaiting } from './modules/events/feed-waiting.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
 import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
-import { CHUNK_BYTES, createAttachmentChunksRepository } from './modules/messages/attachment-chunks.repository.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { sendBatches } from './modules/messages/send-lanes.js'
+import { uploadsPlugin } from './modules/messages/uploads.plugin.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
 import { retentionPlugin } from './modules/retention/retention.plugin.js'
 import { rosterRoutes } from './modules/roster/roster.routes.js'
@@ -60,7 +60,10 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
   await app.register(shutdownPlugin)
   await app.register(retentionPlugin, { db: database.db })
   await app.register(eventBusPlugin, { database })
-  await app.register(testBotPlugin, { db: database.db, address: config.testBotAddress })
+  // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
+  // against one per-key cap.
+  const feed = createFeedWaiting({ bus: app.eventBus, keyWatch: app.keyWatch, maxPerKey: config.maxLongPollsPerKey })
+  await app.register(testBotPlugin, { db: database.db, address: config.testBotAddress, feed })
   await app.register(webhookDispatcherPlugin, {
     db: database.db, secretsKey: config.webhookSecretsKey, allowPrivate: config.webhookAllowPrivate
   })
@@ -72,13 +75,16 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     onError: (code) => app.metrics.error(code)
   })
   await app.register(bodyParsersPlugin, {
-    maxAttachments: config.maxAttachments,
-    maxAttachmentBytes: config.maxAttachmentBytes,
-    maxBodyChars: config.maxBodyChars,
-    uploads: createAttachmentChunksRepository(database.db),
-    chunkBytes: CHUNK_BYTES,
     // The largest lists a schema takes are 1,000 members or event ids; metadata is 16 KiB.
     maxBodyValues: 20_000
+  })
+  // multipart/form-data, for the routes that take files: beside the attachment store it fills.
+  // At the root, with the body parsers, and after them (its hooks run after theirs).
+  await app.register(uploadsPlugin, {
+    db: database.db,
+    maxAttachments: config.maxAttachments,
+    maxAttachmentBytes: config.maxAttachmentBytes,
+    maxBodyChars: config.maxBodyChars
   })
   await app.register(healthRoutes, { database, metrics: app.metrics, serveMetrics: config.metricsPort === undefined })
   // Encapsulated: helmet's headers and CSP apply to the console's files only.
@@ -99,12 +105,8 @@ export async function buildApp ({ config, database, logStream }: AppOptions): Pr
     await v2.register(messagesRoutes, {
       db: database.db, maxBodyChars: config.maxBodyChars, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
-    // Long-polls and event streams count against one per-key cap.
-    const waitingPlaces = createWaitingPlaces(config.maxLongPollsPerKey)
-    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, bus: app.eventBus, keyWatch: app.keyWatch, metrics: app.metrics, waitingPlaces })
-    await v2.register(eventStreamRoutes, {
-      db: database.db, bus: app.eventBus, keyWatch: app.keyWatch, waitingPlaces, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000
-    })
+    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, metrics: app.metrics, feed })
+    await v2.register(eventStreamRoutes, { db: database.db, feed, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000 })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })

@@ -315,6 +315,9 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
           cause = new Error('the replica is not a copy of the primary (their system identifiers differ)')
         } else {
           const answered = cutUnlessAnswered(client)
+          // Bare, not transaction.ts's: a probe that fails says the replica is down, and the
+          // next probe is the retry (on a schedule that backs off).
+          // eslint-disable-next-line no-restricted-syntax -- a probe is not run again (above).
           const { outcome, replay } = await on(client).transaction((tx) => caughtUp(client, tx, position, answered), READ_COMMITTED).finally(answered)
           if (replay !== undefined) lagSeconds = replay.lagSeconds
           next = outcome === 'caught_up' ? 'up' : outcome === 'behind' ? 'behind' : outcome === 'not_standby' ? 'not_standby' : 'down'
@@ -369,6 +372,10 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
     // the middle of a read costs that read its time limit and a second, then the primary.
     const ended = cutUnlessAnswered(client, Math.min(QUERY_TIMEOUT_MS, (options.timeLimitMs ?? QUERY_TIMEOUT_MS) + READ_GRACE_MS))
     try {
+      // Bare, not transaction.ts's: a read the replica fails runs on the primary (below), which
+      // is its retry; running it on the replica again would hold the read past the time bounds
+      // above, behind a replica in trouble.
+      // eslint-disable-next-line no-restricted-syntax -- the fallback is the retry (above).
       const result = await on(client).transaction(async (tx) => {
         const { outcome } = await caughtUp(client, tx, position, answered)
         if (outcome !== 'caught_up') throw new NotServed(outcome)

@@ -85,7 +85,7 @@ export function setStatementPolicy (client: object, policy: StatementPolicy): vo
 /** "prepared statement … does not exist" and "… already exists": the statement's name is not this connection's. */
 const STATEMENT_LOST = new Set(['26000', '42P05'])
 
-/** True for a failure a named statement meets through a transaction pooler (retry.ts retries its transaction). */
+/** True for a failure a named statement meets through a transaction pooler (transaction.ts retries its transaction). */
 export function isStatementLost (err: unknown): boolean {
   const state = sqlState(err)
   return state !== undefined && STATEMENT_LOST.has(state)

@@ -1,18 +1,16 @@
 import formbody from '@fastify/formbody'
-import multipart from '@fastify/multipart'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { parse as parseQuery } from 'fast-querystring'
 import { UnsupportedMediaType, ValidationFailed } from '../errors.js'
-import { loggableError } from '../db/errors.js'
-import { sendError } from './errors.js'
 import { formFieldsOver, jsonValuesOver } from './body-budget.js'
-import { HEADERS_NEVER_END, parseWholeMultipart } from './whole-multipart.js'
-import { readUpload, UploadedFile, type UploadProgress, type UploadSink } from './uploads.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** The route takes file uploads, so it accepts multipart/form-data. */
+    /**
+     * The route takes file uploads, so it accepts multipart/form-data (parsed by the messages
+     * module's uploads plugin, messages/uploads.plugin.ts, next to the attachment store).
+     */
     acceptsFiles?: boolean
   }
 }
@@ -20,19 +18,7 @@ declare module 'fastify' {
 /** JSON and form bodies are capped at 1 MiB before they are buffered (API.md §1). */
 export const BODY_LIMIT = 1024 * 1024
 
-/** The most non-file fields a multipart body may have. */
-const MULTIPART_FIELDS = 32
-
-/** How long reading a multipart body may stand still on the parser's side before it counts as malformed. */
-const MULTIPART_STALL_MS = 2_000
-
 export interface BodyParserOptions {
-  maxAttachments: number
-  maxAttachmentBytes: number
-  maxBodyChars: number
-  /** Where file parts are streamed to, chunk by chunk. */
-  uploads: UploadSink
-  chunkBytes: number
   /** The most values a JSON body (or fields a form body) may hold: see body-budget.ts. */
   maxBodyValues: number
 }
@@ -41,7 +27,9 @@ export interface BodyParserOptions {
  * Three body formats, one shape: JSON, form and multipart all arrive as a flat object of
  * fields, so one TypeBox schema validates them all. Repeated form fields arrive as arrays, and
  * Ajv's `coerceTypes: 'array'` (Fastify's default) turns a single value into a one-element
- * list and numeric strings into numbers where the schema asks for them.
+ * list and numeric strings into numbers where the schema asks for them. JSON and form bodies
+ * here; multipart, which only routes that take files accept and which makes their files, in
+ * messages/uploads.plugin.ts.
  */
 export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParserOptions) => {
   // Only the three formats of the contract: text/plain (a Fastify default) is refused with 415.
@@ -60,117 +48,6 @@ export const bodyParsersPlugin = fp(async (app: FastifyInstance, opts: BodyParse
   app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: BODY_LIMIT }, (req, body, done) => {
     if (jsonValuesOver(body as string, opts.maxBodyValues)) return done(tooMany(), undefined)
     parseJson(req, body as string, done)
-  })
-  // busboy's limits, for the plugin and for whole bodies alike. Parts: no more than the fields
-  // and files a message may have (the plugin's default, 1,000, let a body of empty parts cost
-  // busboy far more to parse than any send).
-  const limits = {
-    fileSize: opts.maxAttachmentBytes,
-    files: opts.maxAttachments,
-    fields: MULTIPART_FIELDS,
-    // A body of MAX_BODY_CHARS characters, each up to 4 bytes of UTF-8.
-    fieldSize: Math.max(opts.maxBodyChars * 4, 1024),
-    headerPairs: 100,
-    parts: MULTIPART_FIELDS + opts.maxAttachments
-  }
-  // A body of at most one chunk whose length is announced is read whole and parsed in one go
-  // (whole-multipart.ts): every file in it would be held in memory anyway (inlineBytesLeft), so
-  // nothing is staged, and no parser can stall on a body it already has whole. Registered before
-  // the plugin's own hook (hooks run in order) and before the stall watchdog: once the body is
-  // parsed, isMultipart() answers false for this request, and both leave it alone.
-  app.addHook('preValidation', async (req) => {
-    if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
-    const length = Number(req.headers['content-length'])
-    if (!Number.isInteger(length) || length > opts.chunkBytes) return
-    const chunks: Buffer[] = []
-    for await (const chunk of req.raw) chunks.push(chunk as Buffer)
-    const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
-    req.body = await parseWholeMultipart(req.headers, body, limits, app.multipartErrors)
-    Object.defineProperty(req, 'isMultipart', { value: () => false })
-  })
-  // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
-  // waits for a blank line that never comes, and stops reading the request. A multipart body
-  // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused
-  // by the parser rather than waiting on the client) is answered 400 and its connection closed.
-  const watchdogs = new WeakMap<FastifyRequest, NodeJS.Timeout>()
-  // A body paused while its chunk is being stored waits on the database, not on a broken part:
-  // a busy database slows the client down (backpressure) and must not get its upload refused.
-  const storing = new WeakMap<FastifyRequest, UploadProgress>()
-  app.addHook('preValidation', async (req, reply) => {
-    if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
-    let stillSince: number | undefined
-    const progress: UploadProgress = { writes: 0, inlineBytesLeft: opts.chunkBytes }
-    storing.set(req, progress)
-    watchdogs.set(req, setInterval(() => {
-      const still = progress.writes === 0 && (req.raw.readableEnded || req.raw.readableFlowing === false)
-      stillSince = still ? stillSince ?? Date.now() : undefined
-      if (stillSince === undefined || Date.now() - stillSince < MULTIPART_STALL_MS) return
-      clearInterval(watchdogs.get(req))
-      if (reply.sent) return
-      reply.header('connection', 'close')
-      sendError(reply, new ValidationFailed(HEADERS_NEVER_END))
-    }, MULTIPART_STALL_MS / 4).unref())
-  })
-  app.addHook('onResponse', async (req) => { clearInterval(watchdogs.get(req)) })
-  // A streamed body refused part-way (a limit, a malformed part) is parsed no further: busboy
-  // would parse every part left, however many (the plugin keeps it going after a limit), so the
-  // rest is read and dropped instead, and the connection stays usable.
-  app.addHook('onError', async (req) => {
-    if (req.routeOptions.config.acceptsFiles !== true || req.raw.readableEnded) return
-    req.raw.unpipe()
-    req.raw.resume()
-  })
-
-  await app.register(multipart, {
-    attachFieldsToBody: 'keyValues',
-    limits,
-    async onFile (part) {
-      const req = this
-      let file: UploadedFile
-      try {
-        file = await readUpload(part, opts.uploads, opts.chunkBytes, storing.get(req))
-      } catch (err) {
-        // A socket closed mid-body is the client's doing, not the database's: say so.
-        if (req.raw.destroyed || (err as { code?: string }).code === 'FST_PREMATURE_CLOSE') {
-          req.log.info({ field: part.fieldname }, 'upload aborted by the client; its staged chunks were deleted')
-        }
-        throw err
-      }
-      if (file.staged) {
-        const ids = staged.get(req) ?? []
-        ids.push(file.uploadId)
-        staged.set(req, ids)
-      }
-      // keyValues mode stores `part.value` as the field's value.
-      Object.assign(part, { value: file })
-    }
-  })
-  // Whatever the request ends with (refused send, 4xx, 5xx, abort), its uploads that no send
-  // claimed are deleted; a claimed chunk has message_id set and is left alone.
-  const staged = new WeakMap<FastifyRequest, string[]>()
-  const discardUnclaimed = async (req: FastifyRequest) => {
-    const ids = staged.get(req)
-    if (ids === undefined) return
-    staged.delete(req)
-    await opts.uploads.discard(ids).catch((err: unknown) => {
-      req.log.warn({ err: loggableError(err) }, 'could not delete unclaimed upload chunks; retention sweeps them')
-    })
-  }
-  // onRequestAbort fires only while the body is still being read (Fastify checks req.aborted on
-  // the request's close): a client hanging up after its body was parsed, its send queued for a
-  // batch, cannot discard chunks that send is about to claim (send-batch test pins this).
-  app.addHook('onResponse', discardUnclaimed)
-  app.addHook('onRequestAbort', discardUnclaimed)
-
-  // One file part arrives as a value, several as a list; a schema sees a list either way
-  // (Ajv's array coercion wraps scalars only, not objects).
-  app.addHook('preValidation', async (req) => {
-    clearInterval(watchdogs.get(req))
-    if (req.routeOptions.config.acceptsFiles !== true || typeof req.body !== 'object' || req.body === null) return
-    const body = req.body as Record<string, unknown>
-    for (const [name, value] of Object.entries(body)) {
-      if (value instanceof UploadedFile) body[name] = [value]
-    }
   })
 
   // A route that takes no files answers multipart with 415 before anything is read.

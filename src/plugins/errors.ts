@@ -2,9 +2,13 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable, loggableError } from '../db/errors.js'
 import { AppError, Internal, NotFound, PayloadTooLarge, RateLimited, Unauthorized, Unavailable, UnsupportedMediaType, ValidationFailed } from '../errors.js'
-import { INVALID_JSON_FIELD } from './whole-multipart.js'
-
 const ACCEPTED_TYPES = 'application/json, application/x-www-form-urlencoded, or multipart/form-data where files are taken'
+
+/**
+ * What a multipart field typed application/json that is not JSON is answered, on either path:
+ * streamed (@fastify/multipart's error, below) or read whole (messages/whole-multipart.ts).
+ */
+export const INVALID_JSON_FIELD = 'body: a multipart field whose Content-Type is application/json is not valid JSON'
 
 /** Turns Fastify's and its plugins' errors into the application errors of the contract. */
 function toAppError (err: FastifyError, req: FastifyRequest, limits: { maxAttachments: number, maxAttachmentBytes: number }): AppError {

@@ -122,7 +122,7 @@ let migrated: Promise<Migrated> | undefined
 /** Read once, from the first instance, before any test has used it. */
 function describeMigrated (client: PGlite): Promise<Migrated> {
   migrated ??= (async () => {
-    const listed = await client.query<{ name: string }>(`SELECT quote_ident(tablename) AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`)
+    const listed = await client.query<{ name: string }>('SELECT quote_ident(tablename) AS name FROM pg_tables WHERE schemaname = \'public\' ORDER BY tablename')
     const tables = listed.rows.map((row) => row.name)
     const seeds: Migrated['seeds'] = []
     for (const table of tables) {

@@ -3,7 +3,7 @@ import pg from 'pg'
 import t from 'tap'
 import { connectPostgres } from '../../src/db/client.js'
 import { sqlState } from '../../src/db/errors.js'
-import { transaction } from '../../src/db/retry.js'
+import { transaction } from '../../src/db/transaction.js'
 import { queryPrepared } from '../../src/db/rows.js'
 import { basic } from '../helper.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
@@ -329,7 +329,7 @@ t.test('a transaction pooler left undeclared: named statements lost once, then u
     t.equal(lost.length, 1, 'never again')
   })
 
-  await t.test('inside a transaction, the transaction runs again (retry.ts), not the statement', async (t) => {
+  await t.test('inside a transaction, the transaction runs again (transaction.ts), not the statement', async (t) => {
     const database = await connectPostgres(bouncer.url, 1, { pooler: 'none', directUrl: direct })
     t.teardown(() => database.close())
     // A text of its own for each database: a name used before is prepared on both server
@@ -344,7 +344,7 @@ t.test('a transaction pooler left undeclared: named statements lost once, then u
     t.teardown(() => again.close())
     let runs = 0
     const rows = await elsewhere(() => query(again.db, 'retried'), () => transaction(again.db, (tx) => { runs++; return query(tx, 'retried') }))
-    t.same(rows, [{ n: 8, what: 'retried' }], 'retry.ts runs the whole transaction again')
+    t.same(rows, [{ n: 8, what: 'retried' }], 'transaction.ts runs the whole transaction again')
     t.equal(runs, 2, 'twice: the lost one, then unnamed')
   })
 

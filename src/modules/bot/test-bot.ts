@@ -1,9 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
-import { transaction } from '../../db/retry.js'
-import type { EventBus } from '../events/event-bus.js'
+import { transaction } from '../../db/transaction.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import type { FeedWaiting } from '../events/feed-waiting.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.service.js'
@@ -20,10 +20,9 @@ const SAFETY_POLL_MS = 1_000
  * FOR UPDATE SKIP LOCKED and acknowledges them in the transaction that writes the reply, so
  * with any number of instances each message is answered once, and a crash answers it later.
  */
-export function createTestBot (db: Db, bus: EventBus, address: string, log: FastifyBaseLogger) {
-  let running = false
+export function createTestBot (db: Db, feed: FeedWaiting, address: string, log: FastifyBaseLogger) {
+  let stopping: AbortController | undefined
   let loop: Promise<void> | undefined
-  let current: { cancel(): void } | undefined
 
   /**
    * Claims and answers one message in its own short transaction. A batch in one transaction
@@ -56,31 +55,35 @@ export function createTestBot (db: Db, bus: EventBus, address: string, log: Fast
     return answered
   }
 
-  async function run (): Promise<void> {
-    // Stops with the bus too: once it is closing, a wait returns at once and would only spin.
-    while (running && !bus.closing) {
-      const subscription = bus.subscribe(address)
-      current = subscription
-      try {
-        while (running && await answerBatch() === BATCH) { /* drain */ }
-      } catch (err) {
-        log.warn({ err: loggableError(err) }, 'test bot could not answer; retrying')
-      }
-      await subscription.wait(SAFETY_POLL_MS)
-      subscription.cancel()
+  /**
+   * A full batch may have left more to answer: the feed is read again at once. Fewer (or a
+   * failure, retried after the wait) and the bot waits for the bus to say its feed grew.
+   */
+  async function moreLeft (): Promise<true | undefined> {
+    try {
+      return await answerBatch() === BATCH ? true : undefined
+    } catch (err) {
+      log.warn({ err: loggableError(err) }, 'test bot could not answer; retrying')
+      return undefined
     }
+  }
+
+  async function run (signal: AbortSignal): Promise<void> {
+    // Stops with the bus too (follow ends once it is closing): a wait would return at once and only spin.
+    const batches = feed.follow(address, { read: moreLeft, safetyMs: SAFETY_POLL_MS, signal })
+    for await (const more of batches) void more
   }
 
   return {
     start (): void {
-      if (running) return
-      running = true
-      loop = run()
+      if (stopping !== undefined) return
+      stopping = new AbortController()
+      loop = run(stopping.signal)
     },
     async stop (): Promise<void> {
-      running = false
-      current?.cancel()
+      stopping?.abort()
       await loop
+      stopping = undefined
     }
   }
 }

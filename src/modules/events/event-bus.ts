@@ -14,7 +14,8 @@ export interface Subscription {
  * Wakes whoever waits on a feed (long-polls, event streams, the test bot) when any instance
  * commits an event to it, and tells watchAll's watchers (webhook delivery) of every feed that
  * grew. One LISTEN connection per process, however many wait; a waiter subscribes before it
- * reads the feed, so an event committed between its read and its wait still wakes it.
+ * reads the feed, so an event committed between its read and its wait still wakes it (each
+ * waiter on a feed does so through feed-waiting.ts's follow).
  */
 export function createEventBus (database: Database) {
   const waiting = new Map<string, Set<() => void>>()

@@ -5,19 +5,15 @@ import type { Db } from '../../db/client.js'
 import { RateLimited, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
-import type { KeyWatch } from '../keys/key-watch.js'
-import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
-import type { WaitingPlaces } from './waiting-places.js'
+import type { FeedWaiting } from './feed-waiting.js'
 import { MAX_ANSWER_BYTES } from './events.routes.js'
 import { EVENT_ID, EventId } from './events.schemas.js'
 
 export interface EventStreamRoutesOptions {
   db: Db
-  bus: EventBus
-  keyWatch: KeyWatch
-  /** Streams and long-polls per API key: shared with GET /events. */
-  waitingPlaces: WaitingPlaces
+  /** Waits on the feed, and their places per API key (streams and long-polls): shared with GET /events. */
+  feed: FeedWaiting
   heartbeatMs: number
 }
 
@@ -35,7 +31,7 @@ const StreamQuery = Type.Object({
   after: Type.Optional(EventId({ description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
 })
 
-export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, bus, keyWatch, waitingPlaces, heartbeatMs }) => {
+export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, feed, heartbeatMs }) => {
   const events = createEventsRepository(db)
 
   app.get('/events/stream', {
@@ -63,27 +59,21 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
     let after = Number(header?.trim() ?? req.query.after ?? '0')
     // The per-key place is given back the moment the connection closes, not when the loop
     // notices: a client reconnecting at once must find it free.
-    const uncount = waitingPlaces.take(keyId)
+    const uncount = feed.hold(keyId)
     if (uncount === undefined) throw new RateLimited()
 
     reply.hijack()
     const res = reply.raw
     let open = true
-    let current: { cancel(): void } | undefined
+    const gone = new AbortController()
     const closed = () => {
       open = false
-      current?.cancel()
+      gone.abort()
       uncount()
     }
     res.once('close', closed)
     // Gone before the stream began: its close has already been and will not come again.
     if (res.destroyed || req.raw.socket.destroyed) closed()
-    // A key revoked, expired or stripped of read, or its user deactivated, ends the stream
-    // within KEY_WATCH_MS on any instance: the connection is closed, what it had not yet taken dropped.
-    const unwatch = keyWatch.watch(keyId, () => {
-      req.log.info({ keyId }, 'event stream closed: its key is no longer accepted')
-      res.destroy()
-    })
 
     res.writeHead(200, {
       ...(reply.getHeaders() as Record<string, string>),
@@ -139,41 +129,46 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
       return undefined
     }
 
+    const read = async () => {
+      const leave = await admitted()
+      if (leave === undefined) return undefined
+      // The read carries the key's check (the same statement), so nothing committed after a
+      // revocation goes out, however fresh the authenticator's cache thought the key; the
+      // key watch then closes the stream.
+      const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES, keyId).finally(leave)
+      return rows.length > 0 ? rows : undefined
+    }
+
     try {
-      while (open && !bus.closing) {
-        // Subscribe before each read, as GET /events does: a commit between read and wait still wakes us.
-        const subscription = bus.subscribe(me)
-        current = subscription
-        const leave = await admitted()
-        if (leave === undefined) break
-        // The read carries the key's check (the same statement), so nothing committed after a
-        // revocation goes out, however fresh the authenticator's cache thought the key; the
-        // key watch then closes the stream.
-        const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES, keyId).finally(leave)
-        if (rows.length > 0) {
-          subscription.cancel()
-          let chunk = ''
-          for (const row of rows) {
-            const event = toEvent(row)
-            chunk += `id: ${event.id}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
-          }
-          after = rows.at(-1)!.seq
-          if (open && !res.write(chunk)) await drained()
-          continue
+      const pages = feed.follow(me, {
+        read,
+        safetyMs: SAFETY_WAIT_MS,
+        signal: gone.signal,
+        // A key revoked, expired or stripped of read, or its user deactivated, ends the stream
+        // within KEY_WATCH_MS on any instance: the connection is closed, what it had not yet taken dropped.
+        keyId,
+        refused: () => {
+          req.log.info({ keyId }, 'event stream closed: its key is no longer accepted')
+          res.destroy()
         }
-        if (!open) break
-        await subscription.wait(SAFETY_WAIT_MS)
-        subscription.cancel()
+      })
+      for await (const rows of pages) {
+        let chunk = ''
+        for (const row of rows) {
+          const event = toEvent(row)
+          chunk += `id: ${event.id}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+        }
+        after = rows.at(-1)!.seq
+        if (open && !res.write(chunk)) await drained()
       }
     } catch (err) {
       // Headers are sent: the stream just ends, and the client reconnects with Last-Event-ID.
       req.log.warn({ err: { message: (err as Error).message } }, 'event stream ended by an error')
     } finally {
       clearInterval(heartbeat)
-      unwatch()
       uncount()
       // On shutdown the connection goes too, so it does not hold the server open.
-      if (bus.closing) res.shouldKeepAlive = false
+      if (feed.closing) res.shouldKeepAlive = false
       res.end()
     }
   })

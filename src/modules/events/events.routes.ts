@@ -6,10 +6,8 @@ import { RateLimited, Unauthorized, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
-import type { KeyWatch } from '../keys/key-watch.js'
-import type { EventBus } from './event-bus.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
-import type { WaitingPlaces } from './waiting-places.js'
+import type { FeedWaiting } from './feed-waiting.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
 /**
@@ -25,14 +23,12 @@ export interface EventsRoutesOptions {
   db: Db
   /** Where a read without `wait` may go: the read replica when it has caught up (see below). */
   reads?: Reads
-  bus: EventBus
-  keyWatch: KeyWatch
   metrics: Metrics
-  /** Waiting long-polls and open event streams per API key: shared with GET /events/stream. */
-  waitingPlaces: WaitingPlaces
+  /** Waits on the feed, and their places per API key: shared with GET /events/stream. */
+  feed: FeedWaiting
 }
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, reads, bus, keyWatch, metrics, waitingPlaces }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, reads, metrics, feed }) => {
   const events = createEventsRepository(db)
   let waiting = 0
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
@@ -81,41 +77,41 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     // an event still to come. A waiting read stays on the primary: it is woken by a NOTIFY the
     // moment an event commits, and on the replica would then wait for replay as well.
     let rows = await read(req.query.wait === undefined || req.query.wait === 0)
-    // Subscribe before each read, so an event committed between the read and the wait still wakes us.
-    while (rows.length === 0 && Date.now() < deadline && !bus.closing && !res.closed) {
-      const subscription = bus.subscribe(me)
-      // A read that throws (a full gate queue, its client gone, the database) must not leave
-      // the subscription behind in the bus until that feed's next event.
-      rows = await read().catch((err: unknown) => { subscription.cancel(); throw err })
-      if (rows.length > 0) {
-        subscription.cancel()
-        break
-      }
+    if (rows.length === 0 && Date.now() < deadline && !feed.closing && !res.closed) {
       // Each waiting poll holds a socket and a timer: cap them per key, so one key cannot hoard the process.
-      const giveBack = waitingPlaces.take(keyId)
-      if (giveBack === undefined) {
-        subscription.cancel()
-        // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
-        throw new RateLimited()
-      }
+      const giveBack = feed.hold(keyId)
+      // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
+      if (giveBack === undefined) throw new RateLimited()
       // The client going away, or the key being revoked, expiring or its user deactivated
       // (noticed within KEY_WATCH_MS on any instance), ends the wait at once, and with it
       // the per-key place: the response's close, not the request's, which fires once its
       // (empty) body is read.
+      const gone = new AbortController()
+      const leave = () => gone.abort()
+      res.once('close', leave)
       let refused = false
-      const unwatch = keyWatch.watch(keyId, () => { refused = true; subscription.cancel() })
-      const gone = () => subscription.cancel()
-      res.once('close', gone)
-      waiting++
-      const woken = await subscription.wait(deadline - Date.now()).finally(() => {
-        waiting--
-        unwatch()
-        res.off('close', gone)
-        giveBack()
+      const pages = feed.follow(me, {
+        read: async () => {
+          const found = await read()
+          return found.length > 0 ? found : undefined
+        },
+        until: deadline,
+        signal: gone.signal,
+        keyId,
+        refused: () => { refused = true }
       })
-      if (refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
-      if (!woken || res.closed) break
-      rows = await read()
+      waiting++
+      try {
+        // The first page found answers; following ends with it.
+        const first = await pages.next()
+        if (first.done !== true) rows = first.value
+      } finally {
+        await pages.return()
+        waiting--
+        res.off('close', leave)
+        giveBack()
+      }
+      if (rows.length === 0 && refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
     }
     const list = rows.map(toEvent)
     // Each event as stored, not through the union's serializer: that would test every event

@@ -1,5 +1,5 @@
 import type { Db } from '../../db/client.js'
-import { transaction } from '../../db/retry.js'
+import { transaction } from '../../db/transaction.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository, type EventOf } from '../events/events.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'

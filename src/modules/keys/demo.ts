@@ -1,5 +1,6 @@
 import type { Db } from '../../db/client.js'
 import { createSettingsRepository } from '../../db/settings.repository.js'
+import { transaction } from '../../db/transaction.js'
 import { createUsersRepository } from '../users/users.repository.js'
 import { createKeysRepository, type CreatedKey } from './keys.repository.js'
 
@@ -11,7 +12,7 @@ const DEMO_ADDRESS = 'demo'
  * database, and not at all where an operator already made keys.
  */
 export async function seedDemoKey (db: Db): Promise<CreatedKey | undefined> {
-  return db.transaction(async (tx) => {
+  return transaction(db, async (tx) => {
     if (!await createSettingsRepository(tx).claimOnce('demo_key_issued')) return undefined
     const keys = createKeysRepository(tx)
     if (await keys.count() > 0) return undefined

@@ -1,7 +1,7 @@
 import { and, asc, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm'
 import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
-import { transaction } from '../../db/retry.js'
+import { transaction } from '../../db/transaction.js'
 import { NotFound } from '../../errors.js'
 import { users } from '../users/users.table.js'
 import { webhooks } from '../webhooks/webhooks.table.js'

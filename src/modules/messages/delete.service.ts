@@ -1,5 +1,5 @@
 import type { Db } from '../../db/client.js'
-import { transaction } from '../../db/retry.js'
+import { transaction } from '../../db/transaction.js'
 import { NotFound } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
@@ -15,7 +15,7 @@ import { createMessagesRepository } from './messages.repository.js'
  * Rows are locked in one order everywhere, events before the message and its deliveries (as
  * the test bot does: its feed's events, then the delivery it marks read), so a delete never
  * deadlocks a hide, another delete or the bot. A deadlock or serialization failure with other
- * work (a pooler's default isolation, an operator's transaction) is run again (db/retry.ts),
+ * work (a pooler's default isolation, an operator's transaction) is run again (db/transaction.ts),
  * never answered 500.
  */
 export async function deleteMessage (db: Db, id: string, address: string): Promise<void> {

@@ -2,7 +2,7 @@ import { Type, type Static } from 'typebox'
 import { MESSAGE_ID_PATTERN } from '../../ids.js'
 import { Timestamp, withHeaders } from '../../schemas.js'
 import type { Readable } from 'node:stream'
-import type { UploadedFile } from '../../plugins/uploads.js'
+import type { UploadedFile } from './uploaded-file.js'
 
 const AttachmentSchema = Type.Object({
   index: Type.Integer({ minimum: 1, description: 'Position from 1: GET /v2/message/{id}/attachment/{index}' }),

@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import type { UploadedFile } from '../../plugins/uploads.js'
+import type { UploadedFile } from './uploaded-file.js'
 import { queryPrepared, queryShaped } from '../../db/rows.js'
 import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds, type EventDataJson } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'

@@ -58,6 +58,9 @@ export function createSendWriter<P extends QueuedSend> (db: Db, committed: (batc
     const keyed = sends.some((s) => s.idempotencyKey !== undefined)
     const bounded = { lockWaitMs: LOCK_WAIT_MS }
     if (!keyed && groups.length === 0) return writeBatch(db, sends, bounded)
+    // One try by design: a failed batch is split and each send tried again alone (writeAlone),
+    // so a retry of the whole batch would hold every send in it behind one held row.
+    // eslint-disable-next-line no-restricted-syntax
     return db.transaction(async (tx) => {
       await boundLockWaits(tx, LOCK_WAIT_MS)
       if (keyed) {

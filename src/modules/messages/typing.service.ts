@@ -1,5 +1,5 @@
 import type { Db } from '../../db/client.js'
-import { transaction } from '../../db/retry.js'
+import { transaction } from '../../db/transaction.js'
 import { NotFound } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'

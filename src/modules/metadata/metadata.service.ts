@@ -1,5 +1,5 @@
 import type { Db } from '../../db/client.js'
-import { transaction } from '../../db/retry.js'
+import { transaction } from '../../db/transaction.js'
 import { Forbidden, ValidationFailed } from '../../errors.js'
 import { visibleEntity } from '../entities.js'
 import { createMetadataRepository } from './metadata.repository.js'

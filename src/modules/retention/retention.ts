@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { createSettingsRepository } from '../../db/settings.repository.js'
+import { transaction } from '../../db/transaction.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createAttachmentChunksRepository } from '../messages/attachment-chunks.repository.js'
 import { createIdempotencyRepository } from '../messages/idempotency.repository.js'
@@ -20,7 +21,7 @@ const RETENTION_LOCK_KEY = 0x70726574
  * row recording the last sweep lets only the first instance of each period do the work.
  */
 export async function purgeExpired (db: Db, minIntervalMs = 0): Promise<{ ran: boolean, events: number }> {
-  return db.transaction(async (tx) => {
+  return transaction(db, async (tx) => {
     const settings = createSettingsRepository(tx)
     if (!await settings.tryLock(RETENTION_LOCK_KEY)) return { ran: false, events: 0 }
     if (!await settings.claimEvery('retention_swept', minIntervalMs)) return { ran: false, events: 0 }

@@ -1,6 +1,7 @@
 import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
+import { transaction } from '../../db/transaction.js'
 import { events, type EventRow } from '../events/events.table.js'
 import { apiKeys } from '../keys/keys.table.js'
 import { users } from '../users/users.table.js'
@@ -67,7 +68,7 @@ export function createWebhooksRepository (db: Db) {
      * what the other committed).
      */
     async create (w: { id: string, address: string, keyId: string, url: string, events: string[] | null, secret: string }, max: number): Promise<WebhookRow | undefined> {
-      return db.transaction(async (tx) => {
+      return transaction(db, async (tx) => {
         await tx.execute(sql`SELECT 1 FROM users WHERE address = ${w.address} FOR NO KEY UPDATE`)
         const [row] = await queryRows<{ id: string }>(tx, sql`
           INSERT INTO ${webhooks} (id, address, key_id, url, events, secret, delivered_through)
@@ -153,7 +154,7 @@ export function createWebhooksRepository (db: Db) {
      * everyone else's webhooks waited for their batches to end (p99 25 s).
      */
     async claimDue (limit: number, leaseMs: number, token: string, perUser: number): Promise<WebhookRow[]> {
-      const ids = await db.transaction(async (tx) => {
+      const ids = await transaction(db, async (tx) => {
         const due = await queryRows<{ id: string, address: string, leased: number }>(tx, sql`
           WITH ready AS (
             SELECT w.id, w.address, w.next_attempt_at,
@@ -224,7 +225,7 @@ export function createWebhooksRepository (db: Db) {
      * is disabled and its owner told, in the same transaction (`disable` runs inside it).
      */
     async record (webhook: WebhookRow, attempts: Attempt[], progress: Progress, renewLeaseMs?: number, disable?: (tx: Db) => Promise<void>): Promise<void> {
-      await db.transaction(async (tx) => {
+      await transaction(db, async (tx) => {
         const [held] = await tx.update(webhooks).set({
           deliveredThrough: sql`GREATEST(${webhooks.deliveredThrough}, ${progress.deliveredThrough})`,
           nextAttemptAt: progress.nextAttemptAt,

@@ -4,7 +4,7 @@ import { Readable } from 'node:stream'
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
-import { readUpload } from '../../../src/plugins/uploads.js'
+import { readUpload } from '../../../src/modules/messages/uploads.js'
 import type { Db } from '../../../src/db/client.js'
 import { build } from '../../helper.js'
 

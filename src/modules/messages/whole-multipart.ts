@@ -2,7 +2,8 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Busboy, type BusboyConfig, type BusboyFileStream } from '@fastify/busboy'
 import type { FastifyInstance } from 'fastify'
 import secureJson from 'secure-json-parse'
-import { ValidationFailed } from '../errors.js'
+import { ValidationFailed } from '../../errors.js'
+import { INVALID_JSON_FIELD } from '../../plugins/errors.js'
 import { heldFile } from './uploads.js'
 
 type Limits = NonNullable<BusboyConfig['limits']>
@@ -11,18 +12,15 @@ type MultipartErrors = FastifyInstance['multipartErrors']
 /** How much of a body busboy is given at a time: what it may parse past a limit (~1,000 empty parts, 10-20 ms of CPU). */
 const SLICE_BYTES = 16 * 1024
 
-/** What a body busboy cannot finish parsing is answered, on either path (body-parsers.ts). */
+/** What a body busboy cannot finish parsing is answered, on either path (uploads.plugin.ts). */
 export const HEADERS_NEVER_END = 'body: malformed multipart/form-data: a part\'s headers never end'
-
-/** What a field typed application/json that is not JSON is answered, on either path (errors.ts). */
-export const INVALID_JSON_FIELD = 'body: a multipart field whose Content-Type is application/json is not valid JSON'
 
 /**
  * Parses a multipart body held whole into the fields @fastify/multipart's `keyValues` mode
  * makes of it while streaming: the same busboy with the same limits, the same errors (the
  * plugin's own, so errors.ts answers them alike), fields as strings (a field typed
  * application/json parsed, as the plugin does), a repeated field as a list in the body's
- * order, each file an UploadedFile holding its bytes. test/plugins/whole-multipart.test.ts
+ * order, each file an UploadedFile holding its bytes. test/modules/messages/whole-multipart.test.ts
  * sends each of its cases both ways and asserts the same answer.
  *
  * Why: for a body of a few KiB the streaming path (the request piped into busboy, a part

@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto'
 import t from 'tap'
 import Fastify from 'fastify'
 import multipart from '@fastify/multipart'
-import { parseWholeMultipart } from '../../src/plugins/whole-multipart.js'
-import { UploadedFile } from '../../src/plugins/uploads.js'
-import { build } from '../helper.js'
+import { parseWholeMultipart } from '../../../src/modules/messages/whole-multipart.js'
+import { UploadedFile } from '../../../src/modules/messages/uploaded-file.js'
+import { build } from '../../helper.js'
 
 const BOUNDARY = 'b0undary'
 

@@ -1,3 +1,4 @@
+import { PgTransaction } from 'drizzle-orm/pg-core'
 import type { Db } from './client.js'
 import { sqlState } from './errors.js'
 import { isStatementLost } from './rows.js'
@@ -22,9 +23,9 @@ function isRetryable (err: unknown): boolean {
 
 /**
  * Runs `work` again when the database aborted it as a deadlock victim or a serialization
- * failure (or a named statement was lost, see rows.ts): those are the database's way of asking for a retry, never the client's fault, so
- * they must not become 500s. Bounded attempts with jittered exponential backoff, so two
- * victims do not collide again in step.
+ * failure (or a named statement was lost, see rows.ts): those are the database's way of asking
+ * for a retry, never the client's fault, so they must not become 500s. Bounded attempts with
+ * jittered exponential backoff, so two victims do not collide again in step.
  */
 async function withRetry<T> (work: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
@@ -38,7 +39,23 @@ async function withRetry<T> (work: () => Promise<T>): Promise<T> {
   }
 }
 
-/** `db.transaction(work)`, retried whole on deadlock or serialization failure. */
+/** Whether `db` is a transaction already (drizzle's `tx`), not the database. */
+function isTransaction (db: Db): boolean {
+  return db instanceof PgTransaction
+}
+
+/**
+ * The one way to run a transaction: `db.transaction(work)`, retried whole on deadlock or
+ * serialization failure (or a lost named statement). `work` may therefore run more than once:
+ * it must do nothing outside the database that a rollback would not undo. `npm run lint`
+ * refuses a bare `db.transaction` elsewhere in src/ (eslint.config.js names the exceptions).
+ *
+ * Inside another transaction (`db` is one) it is a savepoint, run once: the failure belongs to
+ * the transaction around it, which must run again whole (a serialization failure recurs for as
+ * long as its snapshot does), by its own retry where it has one; a read on the replica
+ * (replica.ts) falls back to the primary instead.
+ */
 export async function transaction<T> (db: Db, work: (tx: Db) => Promise<T>): Promise<T> {
+  if (isTransaction(db)) return db.transaction(work)
   return withRetry(() => db.transaction(work))
 }
