@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { loadConfig, type Config } from './config.js'
-import { openDatabase, type Database } from './db/client.js'
+import { openDatabase, type Database, type DatabaseOptions } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { isAddress, normalizeAddress } from './ids.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
@@ -54,6 +54,11 @@ export interface CliIo {
   env: NodeJS.ProcessEnv
   stdout(text: string): void
   stderr(text: string): void
+  /**
+   * How a command opens the database: openDatabase, or (tests of the commands themselves) one
+   * already open, so that each command does not start the embedded database anew.
+   */
+  openDatabase?: (options: DatabaseOptions) => Promise<Database>
 }
 
 const processIo: CliIo = {
@@ -94,8 +99,8 @@ function parseAddress (value: string | undefined): string {
  * a shared PostgreSQL is migrated only by `parley migrate`, so other commands refuse to run
  * against an old schema rather than fail half-way.
  */
-async function withDatabase<T> (config: Config, command: string, fn: (database: Database) => Promise<T>): Promise<T> {
-  const database = await openDatabase({ databaseUrl: config.databaseUrl, directUrl: config.databaseDirectUrl, pooler: config.databasePooler, dataDir: config.dataDir, command, poolSize: 2 })
+async function withDatabase<T> (config: Config, io: CliIo, command: string, fn: (database: Database) => Promise<T>): Promise<T> {
+  const database = await (io.openDatabase ?? openDatabase)({ databaseUrl: config.databaseUrl, directUrl: config.databaseDirectUrl, pooler: config.databasePooler, dataDir: config.dataDir, command, poolSize: 2 })
   try {
     if (database.driver === 'pglite') {
       await migrateDatabase(database)
@@ -221,14 +226,14 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       // Refused before the database is opened, naming the option, as a bad address is.
       const nameProblem = values.name === undefined ? undefined : displayNameProblem(values.name)
       if (nameProblem !== undefined) throw new UsageError(`--name ${nameProblem}`)
-      const user = await withDatabase(config, 'user create', async ({ db }) =>
+      const user = await withDatabase(config, io, 'user create', async ({ db }) =>
         toUser(await createUsersRepository(db).create({ address, displayName: values.name })))
       print(out, user, `Created user ${user.address}.`)
       return
     }
 
     case 'user list': {
-      const users = await withDatabase(config, 'user list', async ({ db }) => (await createUsersRepository(db).list()).map(toUser))
+      const users = await withDatabase(config, io, 'user list', async ({ db }) => (await createUsersRepository(db).list()).map(toUser))
       print(out, users, table([
         ['ADDRESS', 'NAME', 'BOT', 'CREATED'],
         ...users.map((u) => [u.address, u.displayName ?? '', u.bot ? 'yes' : 'no', u.createdAt])
@@ -240,7 +245,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     case 'user reactivate': {
       const address = parseAddress(rest[0])
       const deactivated = sub === 'deactivate'
-      const row = await withDatabase(config, name, async ({ db }) => createUsersRepository(db).update(address, { deactivated }))
+      const row = await withDatabase(config, io, name, async ({ db }) => createUsersRepository(db).update(address, { deactivated }))
       if (row === undefined) throw new Error(`user ${address} not found`)
       print(out, toAdminUser(row), deactivated
         ? `Deactivated ${address}: its keys are refused everywhere within 5 seconds and it receives nothing.`
@@ -255,7 +260,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
         if (!isScope(scope)) throw new UsageError(`--scope must be one of ${SCOPES.join(', ')}, got ${JSON.stringify(scope)}`)
         return scope
       })
-      const created = await withDatabase(config, 'key create', async ({ db }) => {
+      const created = await withDatabase(config, io, 'key create', async ({ db }) => {
         if (await createUsersRepository(db).find(address) === undefined) {
           throw new Error(`user ${address} does not exist; create it first with \`parley user create ${address}\``)
         }
@@ -273,7 +278,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
 
     case 'key list': {
       const address = rest[0] === undefined ? undefined : parseAddress(rest[0])
-      const keys = await withDatabase(config, 'key list', async ({ db }) => createKeysRepository(db).list(address))
+      const keys = await withDatabase(config, io, 'key list', async ({ db }) => createKeysRepository(db).list(address))
       print(out, keys.map(keyJson), keys.length === 0
         ? 'No keys.'
         : table([['KEY ID', 'ADDRESS', 'DAILY QUOTA', 'SCOPES', 'CREATED', 'STATUS'], ...keys.map(keyRow)]))
@@ -283,7 +288,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     case 'key revoke': {
       const keyId = rest[0]
       if (keyId === undefined) throw new UsageError('a key id is required')
-      const key = await withDatabase(config, 'key revoke', async ({ db }) => createKeysRepository(db).revoke(keyId))
+      const key = await withDatabase(config, io, 'key revoke', async ({ db }) => createKeysRepository(db).revoke(keyId))
       print(out, keyJson(key), `Revoked key ${key.id}; every instance refuses it within 5 seconds.`)
       return
     }
@@ -292,7 +297,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       const [keyId, amount] = rest
       if (keyId === undefined || amount === undefined) throw new UsageError('usage: parley key quota <keyId> <N>')
       const quota = parseCount(amount, 'N')
-      const key = await withDatabase(config, 'key quota', async ({ db }) => createKeysRepository(db).setDailyQuota(keyId, quota))
+      const key = await withDatabase(config, io, 'key quota', async ({ db }) => createKeysRepository(db).setDailyQuota(keyId, quota))
       print(out, keyJson(key), `Key ${key.id} may now send ${quota} messages per UTC day.`)
       return
     }

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { emptyPostgresDatabase, usingPostgres } from './support/databases.js'
-import { childDatabaseEnv, runCli, runCliInProcess, startServer, tempDir } from './support/processes.js'
+import { childDatabaseEnv, openedForCli, runCli, runCliInProcess, startServer, tempDir } from './support/processes.js'
 import type { TestContext } from './helper.js'
 
 const JOURNAL = (JSON.parse(readFileSync('migrations/meta/_journal.json', 'utf8')) as { entries: { tag: string, when: number }[] }).entries
@@ -63,83 +63,85 @@ t.test('other commands refuse an unmigrated PostgreSQL with a clear line', {
 
 t.test(`parley user and key commands (${backend})`, async (t) => {
   const env = await childDatabaseEnv(t)
-  const created = await runCliInProcess(['user', 'create', 'Alice', '--name', 'Alice Liddell', '--json'], env)
+  // One database for all the commands (each opening it is tested above and in embedded-lock).
+  const database = await openedForCli(t, env)
+  const created = await runCliInProcess(['user', 'create', 'Alice', '--name', 'Alice Liddell', '--json'], env, database)
   t.equal(created.code, 0, created.stderr)
   t.match(JSON.parse(created.stdout), { address: 'alice', displayName: 'Alice Liddell', bot: false })
 
-  const again = await runCliInProcess(['user', 'create', 'alice'], env)
+  const again = await runCliInProcess(['user', 'create', 'alice'], env, database)
   t.equal(again.code, 1)
   t.equal(again.stderr, 'parley: user alice already exists\n')
 
-  const bad = await runCliInProcess(['user', 'create', 'not_valid'], env)
+  const bad = await runCliInProcess(['user', 'create', 'not_valid'], env, database)
   t.equal(bad.code, 2)
   t.match(bad.stderr, /^parley: address "not_valid" must be 1-64 characters/)
 
   // A name with a bidi override (or any invisible formatting character) would read as another.
   for (const name of ['Alice\u202Eecil', 'Bob\u2066', 'Mallory\u200F', 'x\u061Cy', 'zero\u200Bwidth', '']) {
-    const spoof = await runCliInProcess(['user', 'create', 'spoof', '--name', name], env)
+    const spoof = await runCliInProcess(['user', 'create', 'spoof', '--name', name], env, database)
     t.equal(spoof.code, 2, JSON.stringify(name))
     t.match(spoof.stderr, /^parley: --name must not (contain invisible, control or bidirectional formatting characters \(found U\+[0-9A-F]{4}\)|be empty)\n$/)
   }
-  t.equal((await runCliInProcess(['user', 'list', '--json'], env)).stdout.includes('spoof'), false, 'no such user was made')
+  t.equal((await runCliInProcess(['user', 'list', '--json'], env, database)).stdout.includes('spoof'), false, 'no such user was made')
 
-  const list = await runCliInProcess(['user', 'list'], env)
+  const list = await runCliInProcess(['user', 'list'], env, database)
   t.match(list.stdout, /ADDRESS\s+NAME\s+BOT\s+CREATED\nalice\s+Alice Liddell\s+no\s+\S+\ntestbot\s+Test bot\s+yes/)
 
-  const key = await runCliInProcess(['key', 'create', 'alice', '--json'], env)
+  const key = await runCliInProcess(['key', 'create', 'alice', '--json'], env, database)
   t.equal(key.code, 0, key.stderr)
   const { keyId, secret } = JSON.parse(key.stdout) as { keyId: string, secret: string }
   t.same(Object.keys(JSON.parse(key.stdout)), ['keyId', 'secret'])
   t.match(keyId, /^key_[0-9a-z]+$/)
   t.match(secret, /^sk_/)
 
-  const text = await runCliInProcess(['key', 'create', 'alice', '--daily-quota', '5'], env)
+  const text = await runCliInProcess(['key', 'create', 'alice', '--daily-quota', '5'], env, database)
   t.match(text.stdout, /key id:\s+key_\w+\n\s+secret:\s+sk_/)
 
-  const noUser = await runCliInProcess(['key', 'create', 'nobody'], env)
+  const noUser = await runCliInProcess(['key', 'create', 'nobody'], env, database)
   t.equal(noUser.code, 1)
   t.match(noUser.stderr, /user nobody does not exist/)
 
-  const keys = await runCliInProcess(['key', 'list', 'alice', '--json'], env)
+  const keys = await runCliInProcess(['key', 'list', 'alice', '--json'], env, database)
   const listed = JSON.parse(keys.stdout) as { keyId: string, dailyQuota: number | null, revokedAt: string | null }[]
   t.equal(listed.length, 2)
   t.match(listed, [{ keyId, address: 'alice', dailyQuota: null, revokedAt: null }, { dailyQuota: 5 }])
   t.notMatch(keys.stdout, secret, 'key list never shows secrets')
-  t.notMatch((await runCliInProcess(['key', 'list'], env)).stdout, /sk_/)
+  t.notMatch((await runCliInProcess(['key', 'list'], env, database)).stdout, /sk_/)
 
-  const quota = await runCliInProcess(['key', 'quota', keyId, '250', '--json'], env)
+  const quota = await runCliInProcess(['key', 'quota', keyId, '250', '--json'], env, database)
   t.equal(quota.code, 0, quota.stderr)
   t.match(JSON.parse(quota.stdout), { keyId, dailyQuota: 250 })
-  const badQuota = await runCliInProcess(['key', 'quota', keyId, 'lots'], env)
+  const badQuota = await runCliInProcess(['key', 'quota', keyId, 'lots'], env, database)
   t.equal(badQuota.code, 2)
   t.match(badQuota.stderr, /N must be a whole number/)
 
-  const admin = await runCliInProcess(['key', 'create', 'alice', '--scope', 'admin', '--scope', 'read', '--json'], env)
+  const admin = await runCliInProcess(['key', 'create', 'alice', '--scope', 'admin', '--scope', 'read', '--json'], env, database)
   t.equal(admin.code, 0, admin.stderr)
-  const withAdmin = JSON.parse((await runCliInProcess(['key', 'list', 'alice', '--json'], env)).stdout) as { keyId: string, scopes: string[] }[]
+  const withAdmin = JSON.parse((await runCliInProcess(['key', 'list', 'alice', '--json'], env, database)).stdout) as { keyId: string, scopes: string[] }[]
   t.same(withAdmin.find((k) => k.keyId === JSON.parse(admin.stdout).keyId)?.scopes, ['admin', 'read'])
-  const badScope = await runCliInProcess(['key', 'create', 'alice', '--scope', 'root'], env)
+  const badScope = await runCliInProcess(['key', 'create', 'alice', '--scope', 'root'], env, database)
   t.equal(badScope.code, 2)
   t.equal(badScope.stderr, 'parley: --scope must be one of read, send, admin, got "root"\n')
-  const off = await runCliInProcess(['user', 'deactivate', 'alice', '--json'], env)
+  const off = await runCliInProcess(['user', 'deactivate', 'alice', '--json'], env, database)
   t.equal(off.code, 0, off.stderr)
   t.match(JSON.parse(off.stdout), { address: 'alice', deactivatedAt: /Z$/ })
-  t.match((await runCliInProcess(['user', 'reactivate', 'alice'], env)).stdout, /Reactivated alice/)
-  t.equal((await runCliInProcess(['user', 'deactivate', 'nobody'], env)).stderr, 'parley: user nobody not found\n')
+  t.match((await runCliInProcess(['user', 'reactivate', 'alice'], env, database)).stdout, /Reactivated alice/)
+  t.equal((await runCliInProcess(['user', 'deactivate', 'nobody'], env, database)).stderr, 'parley: user nobody not found\n')
 
-  const revoked = await runCliInProcess(['key', 'revoke', keyId], env)
+  const revoked = await runCliInProcess(['key', 'revoke', keyId], env, database)
   t.equal(revoked.code, 0, revoked.stderr)
   t.match(revoked.stdout, new RegExp(`Revoked key ${keyId}`))
-  t.match(JSON.parse((await runCliInProcess(['key', 'list', 'alice', '--json'], env)).stdout), [{ keyId, revokedAt: /Z$/ }])
+  t.match(JSON.parse((await runCliInProcess(['key', 'list', 'alice', '--json'], env, database)).stdout), [{ keyId, revokedAt: /Z$/ }])
 
-  const unknown = await runCliInProcess(['key', 'revoke', 'key_nope'], env)
+  const unknown = await runCliInProcess(['key', 'revoke', 'key_nope'], env, database)
   t.equal(unknown.code, 1)
   t.equal(unknown.stderr, 'parley: key key_nope not found\n')
 
-  const usage = await runCliInProcess(['frobnicate'], env)
+  const usage = await runCliInProcess(['frobnicate'], env, database)
   t.equal(usage.code, 2)
   t.match(usage.stderr, /unknown command "frobnicate"/)
-  const help = await runCliInProcess(['--help'], env)
+  const help = await runCliInProcess(['--help'], env, database)
   t.equal(help.code, 0)
   t.match(help.stdout, /parley <command>/)
 })

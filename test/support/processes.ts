@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import type { Database } from '../../src/db/client.js'
 import type { TestContext } from '../helper.js'
 
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'parley.js')
@@ -88,16 +89,29 @@ export function startServer (t: TestContext, env: Record<string, string | undefi
  * same code as the binary without a process start per command. Process-level behaviour (exit
  * status, signals, the data-directory lock) is tested with runCli.
  */
-export async function runCliInProcess (args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
+export async function runCliInProcess (args: string[], env: Record<string, string | undefined>, database?: Database): Promise<CliResult> {
   const { main } = await import('../../src/cli.js')
   let stdout = ''
   let stderr = ''
   const code = await main(args, {
     env: childEnv(env),
     stdout: (text) => { stdout += text },
-    stderr: (text) => { stderr += text }
+    stderr: (text) => { stderr += text },
+    // Kept open across the commands: the command gets it, and its close is the test's.
+    ...(database !== undefined ? { openDatabase: async () => ({ ...database, close: async () => {} }) } : {})
   })
   return { code, stdout, stderr }
+}
+
+/**
+ * The database `env` names, opened as the CLI opens it, once for many runCliInProcess calls
+ * (an embedded database's start is about a second each); closed at teardown.
+ */
+export async function openedForCli (t: TestContext, env: Record<string, string>): Promise<Database> {
+  const { openDatabase } = await import('../../src/db/client.js')
+  const database = await openDatabase({ databaseUrl: env.DATABASE_URL, dataDir: env.DATA_DIR ?? '', command: 'test', poolSize: 2 })
+  t.teardown(() => database.close())
+  return database
 }
 
 /**
