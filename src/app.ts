@@ -42,15 +42,20 @@ export interface AppOptions {
   database: Database
   /** Where log lines go (stdout when omitted); tests pass a stream to read them. */
   logStream?: Writable
+  /**
+   * The clock the process times keys by (expiry, the key cache); Date.now when omitted. Tests
+   * pass one they move forward instead of sleeping. Statements keep the database's own clock.
+   */
+  now?: () => number
 }
 
 /** Builds the service without listening: plugins first, then each resource's routes under /v2. */
-export async function buildApp ({ config, database, logStream }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp ({ config, database, logStream, now }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify(serverOptions(config, logStream)).withTypeProvider<TypeBoxTypeProvider>()
 
   await app.register(requestIdPlugin)
   await app.register(metricsPlugin, { database })
-  await app.register(authenticatorPlugin, { db: database.db, defaultDailyQuota: config.dailyMessageQuota })
+  await app.register(authenticatorPlugin, { db: database.db, defaultDailyQuota: config.dailyMessageQuota, now })
   await app.register(redisPlugin, { url: config.redisUrl })
   await app.register(readReplicaPlugin, {
     primary: database.db, url: config.databaseReadUrl, poolSize: config.databasePoolSize, maxWaitMs: config.databaseReadMaxWaitMs

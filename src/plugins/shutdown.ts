@@ -7,10 +7,14 @@ import fp from 'fastify-plugin'
  * skips a connection that has not sent a request yet (it counts as waiting for headers): HTTP
  * clients open such spare connections (undici does beside a long-poll), and each one held
  * close() until its socket timed out, 65 s later. A connection in the middle of a request is
- * left to finish; its answer carries `Connection: close`.
+ * left to finish; its answer carries `Connection: close`, and once it is done the connection
+ * goes too. An answer whose headers went out before shutdown (an event stream's) cannot say
+ * so, and Node looks for idle connections only when close() begins: a stream still reading
+ * its feed then kept close() waiting for its kept-alive socket to time out, 70 s.
  */
 function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
   const inFlight = new Map<Socket, number>()
+  let closing = false
   app.server.on('connection', (socket: Socket) => {
     inFlight.set(socket, 0)
     socket.once('close', () => inFlight.delete(socket))
@@ -21,9 +25,12 @@ function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
     res.once('close', () => {
       const left = (inFlight.get(socket) ?? 1) - 1
       if (inFlight.has(socket)) inFlight.set(socket, left)
+      // What it wrote is flushed first: the client reads the answer whole, then the end.
+      if (closing && left === 0) socket.destroySoon()
     })
   })
   app.addHook('preClose', async () => {
+    closing = true
     for (const [socket, requests] of inFlight) if (requests === 0) socket.destroy()
   })
 }

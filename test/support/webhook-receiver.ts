@@ -41,6 +41,11 @@ export async function startReceiver (t: TestContext, answer: (n: number, receive
       }, delayMs)
     })
   })
+  let connections = 0
+  server.on('connection', (socket) => {
+    connections++
+    socket.once('close', () => { connections-- })
+  })
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
   t.teardown(() => new Promise<void>((resolve) => {
@@ -53,6 +58,8 @@ export async function startReceiver (t: TestContext, answer: (n: number, receive
     received,
     /** The deliveries answered 2xx, in arrival order. */
     delivered: () => received.filter((r) => r.status >= 200 && r.status < 300),
+    /** Connections open to the receiver now (the sender keeps them alive between deliveries). */
+    connections: () => connections,
     /** Resolves once `done()` holds, or rejects after `ms`. */
     async until (done: () => boolean, ms = 20_000): Promise<void> {
       const deadline = Date.now() + ms

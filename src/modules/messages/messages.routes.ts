@@ -33,6 +33,8 @@ export interface MessagesRoutesOptions {
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
   const sending = createSendService(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
+  metrics.gauge('parley_send_recipients_held', 'Recipients whose rows other work holds (a long transaction) while sends here to them try again one at a time',
+    () => [{ value: sending.heldRecipients() }])
   const store = createAttachmentChunksRepository(db)
 
   app.post('/message', {

@@ -243,6 +243,10 @@ export function createSendWriter<P extends QueuedSend> (db: Db, committed: (batc
       if (!held.has(p.send.recipient)) return false
       void writeAlone(p, ROWS_HELD, () => {}, 1)
       return true
+    },
+    /** Recipients whose rows a send here found held, and is trying alone for (a metric). */
+    heldRecipients (): number {
+      return held.size
     }
   }
 }

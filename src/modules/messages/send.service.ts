@@ -233,6 +233,8 @@ export function createSendService (db: Db, options: SendServiceOptions) {
         const pending = { input, send, message, resolve, reject }
         if (!writer.writeIfHeld(pending)) lane.add(pending)
       })
-    }
+    },
+    /** Recipients whose rows other work holds, sends here waiting for them (send-writer.ts). */
+    heldRecipients: () => writer.heldRecipients()
   }
 }

@@ -29,10 +29,10 @@ export interface WebhookDispatcherPluginOptions {
 export const webhookDispatcherPlugin = fp(async (app: FastifyInstance, opts: WebhookDispatcherPluginOptions) => {
   const secrets = createSecretBox(opts.secretsKey)
   const dispatcher = createWebhookDispatcher({
-    db: opts.db, bus: app.eventBus, sender: createWebhookSender(opts.allowPrivate), secrets, log: app.log
+    db: opts.db, bus: app.eventBus, sender: createWebhookSender(opts.allowPrivate), secrets, log: app.log, metrics: app.metrics
   })
   app.decorate('webhookSecrets', secrets)
   app.decorate('webhookDispatcher', dispatcher)
   app.addHook('onReady', async () => { dispatcher.start() })
   app.addHook('preClose', async () => { await dispatcher.stop() })
-}, { name: 'webhook-dispatcher', dependencies: ['event-bus'] })
+}, { name: 'webhook-dispatcher', dependencies: ['event-bus', 'metrics'] })

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
+import type { Metrics } from '../../metrics.js'
 import type { EventBus } from '../events/event-bus.js'
 import { createEventsRepository, toEvent } from '../events/events.repository.js'
 import type { EventRow } from '../events/events.table.js'
@@ -39,6 +40,7 @@ export interface DispatcherOptions {
   sender: WebhookSender
   secrets: SecretBox
   log: FastifyBaseLogger
+  metrics: Metrics
   /** How long the head event may keep failing before the webhook is disabled (tests shorten it). */
   giveUpAfterMs?: number
 }
@@ -68,9 +70,14 @@ function wanted (webhook: WebhookRow, event: EventRow, now: number): boolean {
  * webhook grows, and every second for due retries. Webhooks are claimed with FOR UPDATE SKIP
  * LOCKED and a lease, so instances share them and none is sent by two at once.
  */
-export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUpAfterMs = GIVE_UP_AFTER_MS }: DispatcherOptions) {
+export function createWebhookDispatcher ({ db, bus, sender, secrets, log, metrics, giveUpAfterMs = GIVE_UP_AFTER_MS }: DispatcherOptions) {
   const repository = createWebhooksRepository(db)
   const active = new Map<string, Promise<void>>()
+  // Whether delivery keeps going: sweeps that stop growing are a dispatcher stuck; batches
+  // always at CONCURRENCY, receivers too slow for the slots.
+  const countSweep = metrics.counter('parley_webhook_sweeps_total', 'Looks for due webhooks this instance made (each second, and when a watched feed grows)')
+  const countBatch = metrics.counter('parley_webhook_batches_total', 'Webhook batches this instance started: a claimed webhook sent its events in order')
+  metrics.gauge('parley_webhook_batches_active', `Webhook batches running on this instance (at most ${CONCURRENCY})`, () => [{ value: active.size }])
   // Users with a batch in flight here: their notifications need no tick (the batch reads on).
   const busy = new Map<string, number>()
   let watched = new Set<string>()
@@ -190,6 +197,7 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
           // Shutting down, or a batch of ours still runs on it (its lease ran out): let it go.
           if (closing || active.has(webhook.id)) { await repository.release(webhook); continue }
           busy.set(webhook.address, (busy.get(webhook.address) ?? 0) + 1)
+          countBatch()
           active.set(webhook.id, deliver(webhook)
             .catch((err: unknown) => {
               if (err instanceof LeaseLost) log.info({ webhook: webhook.id }, 'webhook lease lost to another claim; stopped sending')
@@ -203,6 +211,7 @@ export function createWebhookDispatcher ({ db, bus, sender, secrets, log, giveUp
               void tick()
             }))
         }
+        countSweep()
       } while (again && !closing)
     } catch (err) {
       log.warn({ err: loggableError(err) }, 'could not claim webhooks; will retry')

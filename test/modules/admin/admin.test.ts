@@ -3,6 +3,7 @@ import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
 import { basic, build } from '../../helper.js'
+import { movableClock } from '../../support/clock.js'
 
 t.test('the admin API manages users and keys, for admin keys only', async (t) => {
   const { app, as, createUser, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1000' } })
@@ -101,16 +102,18 @@ t.test('a deactivated user\'s keys answer 401, it receives nothing, and reactiva
 })
 
 t.test('an expired key answers 401; GET /v2/whoami shows scopes, expiry and last use', async (t) => {
-  const { app, createUser, db } = await build(t)
+  const clock = movableClock()
+  const { app, createUser, db } = await build(t, { now: clock.now })
   await createUser('alice')
   const keys = createKeysRepository(db)
-  const soon = new Date(Date.now() + 1_500)
+  const soon = new Date(clock.now() + 1_500)
   const { keyId, secret } = await keys.create('alice', 7, { scopes: ['read'], expiresAt: soon })
   const authorization = basic(keyId, secret)
   const whoami = await app.inject({ method: 'GET', url: '/v2/whoami', headers: { authorization } })
   t.equal(whoami.statusCode, 200)
   t.match(whoami.json(), { user: { address: 'alice' }, key: { id: keyId, scopes: ['read'], dailyQuota: 7, expiresAt: soon.toISOString() }, keyId, dailyQuota: 7 })
-  await new Promise((resolve) => setTimeout(resolve, 1_600))
+  // Past the expiry by the app's clock (the key is still in its 5 s cache).
+  clock.advance(1_600)
   t.equal((await app.inject({ method: 'GET', url: '/v2/whoami', headers: { authorization } })).statusCode, 401)
   t.match((await keys.find(keyId))?.lastUsedAt, Date, 'use was recorded')
 })

@@ -1,7 +1,9 @@
 import t from 'tap'
 import { sql } from 'drizzle-orm'
+import type { Db } from '../../../src/db/client.js'
 import { queryRows } from '../../../src/db/rows.js'
 import { build, type Caller } from '../../helper.js'
+import { until } from '../../support/until.js'
 
 async function waitForEvents (caller: Caller, count: number, timeoutMs: number) {
   const deadline = Date.now() + timeoutMs
@@ -10,6 +12,22 @@ async function waitForEvents (caller: Caller, count: number, timeoutMs: number) 
     events = (await caller.get('/v2/events?wait=1')).json().events
   }
   return events
+}
+
+/**
+ * Resolves once no bot can write another reply: every message to the bot is acknowledged (a bot
+ * takes only unacknowledged ones, and acknowledges in the transaction that replies), and no
+ * other connection is inside a transaction that might still commit one (PGlite runs one
+ * transaction at a time, and this statement after it).
+ */
+async function botsDone (db: Db): Promise<void> {
+  await until(async () => {
+    const [row] = await queryRows<{ unanswered: number, busy: number }>(db, sql`
+      SELECT (SELECT count(*) FROM events WHERE address = 'testbot' AND type = 'message.received' AND acked_at IS NULL)::int AS unanswered,
+        (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+          AND backend_type = 'client backend' AND state <> 'idle')::int AS busy`)
+    return row!.unanswered === 0 && row!.busy === 0
+  }, { message: 'the bots never finished with their feed' })
 }
 
 t.test('the test bot answers each message once with echo: <body> and marks it read, with two instances running', async (t) => {
@@ -26,7 +44,7 @@ t.test('the test bot answers each message once with echo: <body> and marks it re
     { type: 'message.received', data: { message: { sender: 'testbot', recipient: 'alice', body: 'echo: ping' } } },
     { type: 'message.status', data: { message: sent.json().id, recipient: 'testbot', status: 'read' } }
   ])
-  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  await botsDone(db)
   const replies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'testbot'`)
   t.same(replies, [{ body: 'echo: ping' }], 'exactly one reply')
   const [delivery] = await queryRows<{ status: string }>(db, sql`SELECT status FROM deliveries WHERE message_id = ${sent.json().id}`)
@@ -40,14 +58,8 @@ t.test('a burst to the bot gets one reply per message', async (t) => {
   await secondInstance()
   const alice = await as('alice')
   await Promise.all(Array.from({ length: 12 }, (_, i) => alice.post('/v2/message', { recipient: 'testbot', body: `b${i}` })))
-  const deadline = Date.now() + 10_000
-  let replies: { body: string }[] = []
-  while (Date.now() < deadline) {
-    replies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'testbot' ORDER BY body`)
-    if (replies.length >= 12) break
-    await new Promise((resolve) => setTimeout(resolve, 200))
-  }
-  await new Promise((resolve) => setTimeout(resolve, 1_200))
-  replies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'testbot' ORDER BY body`)
+  // Every send has committed: once the bots are done, each is answered, and nothing more comes.
+  await botsDone(db)
+  const replies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'testbot' ORDER BY body`)
   t.same(replies.map((r) => r.body).sort(), Array.from({ length: 12 }, (_, i) => `echo: b${i}`).sort())
 })

@@ -3,6 +3,9 @@ import { build } from '../../helper.js'
 
 interface Conversation { peer: string, type: string, unread: number, lastMessage: { id: string, body: string } }
 
+// Between sends whose order the list shows: a conversation's time (in its cursor too) is the
+// database's clock to the millisecond, and two sends in one millisecond would tie. That clock
+// is not one a test can move, and there is no state to wait for: the wait is the point.
 const pause = () => new Promise((resolve) => setTimeout(resolve, 5))
 
 t.test('GET /v2/conversations lists 1:1 peers and groups, newest first, with the last message and unread counts', async (t) => {

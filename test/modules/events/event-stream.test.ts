@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { build } from '../../helper.js'
 import { openStream } from '../../support/event-stream.js'
+import { metric } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
 
 const ENV = { RATE_LIMIT_PER_SECOND: '100000', EVENT_STREAM_HEARTBEAT_SECONDS: '1', MAX_LONG_POLLS_PER_KEY: '2' }
 
@@ -39,10 +41,13 @@ t.test('GET /v2/events/stream delivers a send on another instance at once, resum
   }
   const again = await openStream(`${base}/v2/events/stream?after=0`, bob.authorization, { 'last-event-id': '1' })
   t.ok(await again.until(() => again.received.length >= 2))
-  await new Promise((resolve) => setTimeout(resolve, 300))
-  t.same(again.received.map((e) => [e.id, e.data.data.message?.body]), [['2', 'two'], ['3', 'three']], 'exactly the missed events, Last-Event-ID winning over after')
+  // Then one sent now: a stream writes in order, so anything more it had for the missed ones
+  // (a repeat, or the events up to after=0) comes before it.
+  await other.inject({ method: 'POST', url: '/v2/message', headers: { authorization: alice.authorization }, payload: { recipient: 'bob', body: 'four' } })
+  t.ok(await again.until(() => again.received.some((e) => e.data.data.message?.body === 'four')), 'the new event arrived')
+  t.same(again.received.map((e) => [e.id, e.data.data.message?.body]), [['2', 'two'], ['3', 'three'], ['4', 'four']], 'exactly the missed events, Last-Event-ID winning over after, then the new one')
   const acked = await bob.get('/v2/events')
-  t.equal(acked.json().events.length, 3, 'streaming acknowledged nothing')
+  t.equal(acked.json().events.length, 4, 'streaming acknowledged nothing')
   again.close()
   await again.done
 })
@@ -53,7 +58,7 @@ t.test('streams and long-polls share MAX_LONG_POLLS_PER_KEY; a bad Last-Event-ID
   const bob = await as('bob')
   const stream = await openStream(`${base}/v2/events/stream`, bob.authorization)
   const poll = fetch(`${base}/v2/events?wait=5`, { headers: { authorization: bob.authorization } })
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await until(async () => await metric(app, 'parley_long_polls_open') === 1, { message: 'the long-poll never waited' })
   const third = await fetch(`${base}/v2/events/stream`, { headers: { authorization: bob.authorization } })
   t.equal(third.status, 429)
   t.match(await third.json(), { code: 'RATE_LIMITED', message: 'Too many requests/second, please try again later' })
@@ -69,8 +74,9 @@ t.test('closing the app ends open streams promptly', async (t) => {
   const { app, as } = await build(t, { env: ENV })
   const base = await listen(app)
   const bob = await as('bob')
+  // Closed at once: closing must end the stream promptly whether it is still reading bob's feed
+  // or already waiting on it (the bus wakes every waiter, and refuses new waits, once closing).
   const stream = await openStream(`${base}/v2/events/stream`, bob.authorization)
-  await new Promise((resolve) => setTimeout(resolve, 200))
   const started = Date.now()
   await app.close()
   await stream.done
@@ -91,7 +97,8 @@ t.test('a stream whose client leaves while a page is still being written gives i
   for (let round = 0; round < 10; round++) {
     const roundStarted = Date.now()
     let status = 0
-    for (let i = 0; i < 50 && status !== 200; i++) {
+    // Tried until the slot is free: the last round's stream gives it back when the server sees its close.
+    await until(async () => {
       // Read the first bytes, then drop the connection mid-page.
       status = await new Promise<number>((resolve, reject) => {
         const req = request(`${base}/v2/events/stream`, { headers: { authorization: bob.authorization } }, (res) => {
@@ -100,8 +107,8 @@ t.test('a stream whose client leaves while a page is still being written gives i
         req.on('error', reject)
         req.end()
       })
-      if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 100))
-    }
+      return status === 200
+    }, { timeoutMs: 5_000, intervalMs: 50, message: `round ${round}: the key's one stream slot stayed taken for 5 s` })
     t.equal(status, 200, `round ${round}: the key's one stream slot is free (${Date.now() - roundStarted} ms)`)
   }
 })

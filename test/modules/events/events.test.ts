@@ -4,6 +4,8 @@ import { queryRows } from '../../../src/db/rows.js'
 import { createEventsRepository, type NewEvent } from '../../../src/modules/events/events.repository.js'
 import { purgeExpired } from '../../../src/modules/retention/retention.js'
 import { build } from '../../helper.js'
+import { metric } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
 
 async function sendMany (caller: { post: (url: string, body: Record<string, unknown>) => Promise<{ statusCode: number }> }, to: string, n: number) {
   for (let i = 1; i <= n; i++) await caller.post('/v2/message', { recipient: to, body: `m${i}` })
@@ -84,12 +86,12 @@ t.test('DELETE /v2/events removes all, or those up to upTo', async (t) => {
 })
 
 t.test('GET /v2/events?wait holds an empty answer until an event arrives', async (t) => {
-  const { as } = await build(t)
+  const { app, as } = await build(t)
   const alice = await as('alice')
   const bob = await as('bob')
   const started = Date.now()
   const poll = bob.get('/v2/events?wait=10')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await until(async () => await metric(app, 'parley_long_polls_open') === 1, { message: 'the long-poll never waited' })
   await alice.post('/v2/message', { recipient: 'bob', body: 'wake up' })
   const res = await poll
   const took = Date.now() - started
@@ -130,11 +132,11 @@ t.test('events past expiresAt are not returned; retention purges acknowledged an
 })
 
 t.test('long-polls waiting at once are capped per API key (429), without touching other keys', async (t) => {
-  const { as } = await build(t, { env: { MAX_LONG_POLLS_PER_KEY: '2' } })
+  const { app, as } = await build(t, { env: { MAX_LONG_POLLS_PER_KEY: '2' } })
   const alice = await as('alice')
   const bob = await as('bob')
   const first = [bob.get('/v2/events?wait=3'), bob.get('/v2/events?wait=3')]
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await until(async () => await metric(app, 'parley_long_polls_open') === 2, { message: 'the two long-polls never both waited' })
   const third = await bob.get('/v2/events?wait=3')
   t.equal(third.statusCode, 429)
   t.match(third.json(), { code: 'RATE_LIMITED', message: 'Too many requests/second, please try again later' })

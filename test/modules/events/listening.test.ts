@@ -3,15 +3,17 @@ import pg from 'pg'
 import { purgeExpired } from '../../../src/modules/retention/retention.js'
 import { build } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
+import { metric } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
 
 const onlyPostgres = usingPostgres() ? false : 'connection counts and cross-connection locks need PostgreSQL'
 
 t.test('30 waiting long-polls hold no database connection; a send still goes through', { skip: onlyPostgres }, async (t) => {
-  const { as, url } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1000' } })
+  const { app, as, url } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '1000' } })
   const alice = await as('alice')
   const readers = await Promise.all(Array.from({ length: 30 }, (_, i) => as(`r${i}`)))
   const polls = readers.map((r) => r.get('/v2/events?wait=10'))
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  await until(async () => await metric(app, 'parley_long_polls_open') === 30, { message: 'the 30 long-polls never all waited' })
 
   const admin = new pg.Client({ connectionString: url })
   await admin.connect()

@@ -2,6 +2,8 @@ import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
 import { build } from '../../helper.js'
+import { metric } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
 
 const FAST = { RATE_LIMIT_PER_SECOND: '100000' }
 
@@ -11,7 +13,7 @@ t.test('a long-poll on one instance wakes within 1 s of a send on another', asyn
   const alice = await as('alice')
   const bob = await as('bob')
   const poll = other.inject({ method: 'GET', url: '/v2/events?wait=20', headers: { authorization: bob.authorization } })
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  await until(async () => await metric(other, 'parley_long_polls_open') === 1, { message: 'the long-poll never waited' })
   const sentAt = Date.now()
   const sent = await app.inject({ method: 'POST', url: '/v2/message', headers: { authorization: alice.authorization }, payload: { recipient: 'bob', body: 'across' } })
   t.equal(sent.statusCode, 200)

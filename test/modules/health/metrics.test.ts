@@ -1,19 +1,22 @@
 import t from 'tap'
 import { build } from '../../helper.js'
+import { metric } from '../../support/metrics.js'
 import { childDatabaseEnv, startServer } from '../../support/processes.js'
+import { until } from '../../support/until.js'
 
 t.test('GET /metrics reports requests, sends, refusals, open long-polls and connections in Prometheus text', async (t) => {
-  const { app, as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '3' } })
+  const { app, as, callerFor, createKey } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '3' } })
   const alice = await as('alice', { dailyQuota: 1 })
   const bob = await as('bob')
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'one' })).statusCode, 200)
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'two' })).statusCode, 429)
-  await new Promise((resolve) => setTimeout(resolve, 1_100))
+  // Rate limits are per key: bob's burst, and then his long-poll on a key of its own, wait for
+  // no bucket to refill.
   const burst = await Promise.all(Array.from({ length: 5 }, () => bob.get('/v2/user/bob')))
   t.ok(burst.some((r) => r.statusCode === 429))
-  await new Promise((resolve) => setTimeout(resolve, 1_100))
-  const poll = bob.get('/v2/events?after=1&wait=5')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  const bobsOtherKey = callerFor('bob', await createKey('bob'))
+  const poll = bobsOtherKey.get('/v2/events?after=1&wait=5')
+  await until(async () => await metric(app, 'parley_long_polls_open') === 1, { message: 'the long-poll never waited' })
 
   const res = await app.inject({ method: 'GET', url: '/metrics' })
   t.equal(res.statusCode, 200)
@@ -47,7 +50,7 @@ t.test('METRICS_PORT serves GET /metrics on a listener of its own, and the API p
   const server = await startServer(t, { ...await childDatabaseEnv(t), METRICS_PORT: '0' })
   // Logged just after the API's own "Server listening" line.
   const logged = () => /Metrics listening at (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(server.output())?.[1]
-  for (let i = 0; i < 100 && logged() === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  await until(() => logged() !== undefined, { timeoutMs: 5_000, message: 'the metrics address was never logged' })
   const url = logged()
   t.ok(url, 'the metrics address is logged')
   const res = await fetch(url!)

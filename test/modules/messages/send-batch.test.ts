@@ -9,6 +9,7 @@ import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-b
 import { createSendService, type SendResult } from '../../../src/modules/messages/send.service.js'
 import { build, type Built } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
+import { until } from '../../support/until.js'
 
 /**
  * Commit coalescing (issue #15): sends written together by one statement each keep their own
@@ -268,6 +269,11 @@ t.test('over HTTP: a replay, a mismatch and a duplicate in flight share a batch 
   t.ok(value('parley_send_batched_total') >= value('parley_send_batches_total'), 'and how many sends they carried')
 })
 
+/** Whether some statement of the test's database waits on a lock now (asked on `client`'s connection). */
+async function waitsOnALock (client: pg.Client): Promise<boolean> {
+  return (await client.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = \'Lock\'')).rowCount! > 0
+}
+
 /** A second connection holding `address`'s user row in an open transaction (PostgreSQL only). */
 async function holdUserRow (t: Test, built: Built, address: string): Promise<pg.Client> {
   const hold = new pg.Client({ connectionString: built.url })
@@ -288,7 +294,7 @@ t.test('a batch waiting on a row lock does not hold other keys\' sends behind it
   const hold = await holdUserRow(t, built, 'bob')
 
   const stuck = alice.post('/v2/message', { recipient: 'bob', body: 'waits for the lock' })
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await until(() => waitsOnALock(hold), { intervalMs: 10, message: 'the first send never waited on the held row' })
   const started = performance.now()
   const other = await erin.post('/v2/message', { recipient: 'carol', body: 'goes past' })
   const ms = performance.now() - started
@@ -326,20 +332,21 @@ t.test('a client that hangs up while its send waits in the queue still gets a wh
   req.on('error', () => {})
   req.end(payload)
   // The send's statement waits on bob's row: the body is read and the send is in its batch.
-  const waiting = async () => (await hold.query('SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = \'Lock\'')).rowCount! > 0
-  for (let i = 0; i < 250 && !await waiting(); i++) await new Promise((resolve) => setTimeout(resolve, 20))
-  t.ok(await waiting(), 'the send waits on the held row')
+  await until(() => waitsOnALock(hold), { intervalMs: 10, message: 'the send never waited on the held row' })
+  t.pass('the send waits on the held row')
   req.destroy()
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  // The server has seen the hang-up before the row comes free.
+  const connections = () => new Promise<number>((resolve, reject) => built.app.server.getConnections((err, n) => err ? reject(err) : resolve(n)))
+  await until(async () => await connections() === 0, { message: 'the server never saw the client go' })
   await hold.query('ROLLBACK')
 
   let message: { id: string, attachments: { size: number }[] } | undefined
-  for (let i = 0; i < 100 && message === undefined; i++) {
+  await until(async () => {
     const rows = await queryRows<{ message: { id: string, attachments: { size: number }[] } }>(built.db, sql`
       SELECT data->'message' AS message FROM events WHERE address = 'bob' AND type = 'message.received'`)
     message = rows[0]?.message
-    if (message === undefined) await new Promise((resolve) => setTimeout(resolve, 20))
-  }
+    return message !== undefined
+  }, { timeoutMs: 5_000, message: 'the send was never written' })
   t.ok(message !== undefined, 'the send was written after the client left')
   const bytes = (await alice.get(`/v2/message/${message!.id}/attachment/1`)).rawPayload
   t.ok(bytes.equals(large), 'and its attachment reads back whole: the hang-up discarded nothing it claimed')

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
@@ -6,6 +7,8 @@ import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import { build, type Caller } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
+import { metric } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
 
 /**
  * The edges of a send: Idempotency-Key in flight and after deletion, and one clock (the
@@ -38,12 +41,31 @@ async function holder (t: { teardown(fn: () => unknown): void }, url: string): P
 
 /** Resolves once some backend waits on a lock (the held send got as far as the held row). */
 async function someoneWaits (client: pg.Client): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const { rows } = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted')
-    if (rows[0]!.n > 0) return
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
-  throw new Error('no send ever waited on the held lock')
+  await until(async () => (await client.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted')).rows[0]!.n > 0,
+    { timeoutMs: 5_000, intervalMs: 10, message: 'no send ever waited on the held lock' })
+}
+
+/**
+ * Resolves once a send on `app` has given up waiting for a held row (its batch, or its try
+ * alone, ran out of lock_timeout) and tries again alone: its Idempotency-Key is then known here
+ * as in flight.
+ */
+async function retryingAlone (app: FastifyInstance): Promise<void> {
+  await until(async () => (await metric(app, 'parley_send_recipients_held') ?? 0) > 0, { timeoutMs: 5_000, message: 'no send retried alone for the held row' })
+}
+
+/** A promise and whether it has settled yet. */
+function watched<T> (promise: Promise<T>): { promise: Promise<T>, settled: () => boolean } {
+  let settled = false
+  promise.then(() => { settled = true }, () => { settled = true })
+  return { promise, settled: () => settled }
+}
+
+/** How many requests carrying this Idempotency-Key the app's listener has received. */
+function arrivals (app: FastifyInstance, idempotencyKey: string): () => number {
+  let n = 0
+  app.server.on('request', (req: IncomingMessage) => { if (req.headers['idempotency-key'] === idempotencyKey) n++ })
+  return () => n
 }
 
 t.test('a duplicate of a send waiting on a held row: 409 at once on its instance; on another, 409 or the original; never 429, nothing written twice', { skip: onPostgres }, async (t) => {
@@ -59,19 +81,22 @@ t.test('a duplicate of a send waiting on a held row: 409 at once on its instance
   await hold.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
   const first = post(a, alice, { recipient: 'bob', body: 'once' }, 'k-1')
   await someoneWaits(hold)
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await retryingAlone(built.app)
   const started = Date.now()
   const here = await post(a, alice, { recipient: 'bob', body: 'once' }, 'k-1')
   t.ok(Date.now() - started < 1_000, `the duplicate on the same instance was answered while the first waited (${Date.now() - started} ms)`)
   t.equal(here.status, 409)
   t.match(await here.json(), { statusCode: 409, code: 'IDEMPOTENCY_IN_PROGRESS', message: /k-1/ })
-  const there = post(b, alice, { recipient: 'bob', body: 'once' }, 'k-1')
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  // In flight on the other instance before the row comes free: answered already (409), or
+  // trying alone for the row itself there, with the key's lock between its tries.
+  const there = watched(post(b, alice, { recipient: 'bob', body: 'once' }, 'k-1'))
+  await until(async () => there.settled() || (await metric(second, 'parley_send_recipients_held') ?? 0) > 0,
+    { timeoutMs: 5_000, message: 'the duplicate on the other instance was neither answered nor waiting for the row' })
   await hold.query('COMMIT')
   const original = await first
   t.equal(original.status, 200)
   const sent = await original.json() as { id: string }
-  const dup = await there
+  const dup = await there.promise
   const dupBody = await dup.json() as { id?: string, code?: string }
   t.ok(dup.status === 409 || (dup.status === 200 && dupBody.id === sent.id), `the duplicate on another instance: ${dup.status} ${dupBody.code ?? dupBody.id}, 409 or the original`)
   const retry = await post(b, alice, { recipient: 'bob', body: 'once' }, 'k-1')
@@ -94,12 +119,15 @@ t.test('a duplicate of a send whose batch failed on a held row, while the send w
   })
   // One batch: four sends, then the keyed one. When the batch gives up on bob's row, its sends
   // retry alone one after another (~50 ms a try), the keyed one last.
+  const keyed = arrivals(built.app, 'k-2')
   const others = [1, 2, 3, 4].map((n) => plain(`other ${n}`))
   const first = post(base, alice, { recipient: 'bob', body: 'one' }, 'k-2')
   await someoneWaits(hold)
-  await new Promise((resolve) => setTimeout(resolve, 70))
+  // The batch has given up on the row: its sends retry alone, the keyed one waits its turn.
+  await retryingAlone(built.app)
   const duplicate = post(base, alice, { recipient: 'bob', body: 'two' }, 'k-2')
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  // Made before the row comes free: the server has it (answered, or queued behind its key's sends).
+  await until(() => keyed() === 2, { timeoutMs: 5_000, message: 'the duplicate never reached the server' })
   await hold.query('COMMIT')
   const original = await first
   t.equal(original.status, 200)
@@ -227,6 +255,8 @@ t.test('a group send held up in its transaction still has one time for the messa
   // moved on by the time the message is written.
   const sending = alice.post('/v2/message', { recipient: group, body: 'late' })
   await someoneWaits(hold)
+  // Held up a while: any time read before the wait then differs, to the millisecond, from one
+  // read after it. The database's clock and the send's own are not ones a test can move.
   await new Promise((resolve) => setTimeout(resolve, 300))
   await hold.query('COMMIT')
   const message = (await sending).json() as { id: string, createdAt: string }
@@ -242,10 +272,8 @@ t.test('the test bot\'s reply has one time too', async (t) => {
   const alice = await as('alice')
   t.equal((await alice.post('/v2/message', { recipient: 'testbot', body: 'ping' })).statusCode, 200)
   let reply: FeedEvent | undefined
-  for (let i = 0; i < 100 && reply === undefined; i++) {
-    reply = (await feed(alice)).find((e) => e.type === 'message.received')
-    if (reply === undefined) await new Promise((resolve) => setTimeout(resolve, 50))
-  }
+  await until(async () => (reply = (await feed(alice)).find((e) => e.type === 'message.received')) !== undefined,
+    { timeoutMs: 5_000, intervalMs: 50, message: 'the bot never answered' })
   t.ok(reply, 'the bot answered')
   t.equal(reply!.data.message?.createdAt, reply!.createdAt)
   t.equal((await alice.get(`/v2/message/${reply!.data.message!.id}`)).json().createdAt, reply!.createdAt)

@@ -1,8 +1,10 @@
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
+import { KEY_CACHE_MS } from '../../../src/modules/keys/authenticator.js'
 import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
 import { build } from '../../helper.js'
+import { movableClock } from '../../support/clock.js'
 
 const MESSAGE_ID = /^msg_[0-9a-z]{26}$/
 
@@ -91,7 +93,8 @@ t.test('POST /v2/message answers 429 QUOTA_EXCEEDED on the 101st send of the day
 })
 
 t.test('a key\'s own daily quota overrides the default, and a change applies within 5 s', async (t) => {
-  const { as, db } = await build(t)
+  const clock = movableClock()
+  const { as, db } = await build(t, { now: clock.now })
   const alice = await as('alice', { dailyQuota: 2 })
   await as('bob')
   const first = await alice.post('/v2/message', { recipient: 'bob', body: '1' })
@@ -100,7 +103,8 @@ t.test('a key\'s own daily quota overrides the default, and a change applies wit
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: '2' })).statusCode, 200)
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: '3' })).statusCode, 429)
   await createKeysRepository(db).setDailyQuota(alice.keyId, 3)
-  await new Promise((resolve) => setTimeout(resolve, 5_100))
+  // The key is cached for KEY_CACHE_MS by the app's clock: move it past that.
+  clock.advance(KEY_CACHE_MS + 100)
   const after = await alice.post('/v2/message', { recipient: 'bob', body: '3' })
   t.equal(after.statusCode, 200)
   t.equal(after.headers['x-quota-remaining'], '0')

@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import { build, type Caller } from '../../helper.js'
+import { webhooksSettled } from '../../support/webhook-dispatch.js'
 import { startReceiver } from '../../support/webhook-receiver.js'
 
 // Typing reaches only users who know the typist (API.md §13); a webhook with no filter gets
@@ -14,7 +15,7 @@ async function typingIn (caller: Caller): Promise<{ type: string, data: { from: 
 }
 
 t.test('typing to a stranger answers 204 and writes no event and no webhook delivery', async (t) => {
-  const { as, db } = await build(t, { env: ENV })
+  const { app, as, db } = await build(t, { env: ENV })
   const receiver = await startReceiver(t)
   const mallory = await as('mallory')
   const bob = await as('bob')
@@ -25,7 +26,7 @@ t.test('typing to a stranger answers 204 and writes no event and no webhook deli
     t.equal((await mallory.delete('/v2/message/typing/bob')).statusCode, 204)
   }
   t.same(await typingIn(bob), [], 'no typing event in the stranger\'s target feed')
-  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  await webhooksSettled([app])
   t.equal(receiver.received.length, 0, 'no webhook POST')
   const rows = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM webhook_deliveries WHERE webhook_id = ${hook.id}`)
   t.equal(rows[0]!.n, 0, 'no delivery row')
@@ -56,7 +57,7 @@ t.test('typing reaches a user after a message either way, in a shared group, or 
 })
 
 t.test('a webhook registered without events gets every type but typing.*', async (t) => {
-  const { as } = await build(t, { env: ENV })
+  const { app, as } = await build(t, { env: ENV })
   const receiver = await startReceiver(t)
   const alice = await as('alice')
   const bob = await as('bob')
@@ -67,6 +68,6 @@ t.test('a webhook registered without events gets every type but typing.*', async
   t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'second' })).statusCode, 200)
   t.match((await typingIn(bob)).map((e) => e.type), ['typing.started'], 'the feed has the typing event')
   await receiver.until(() => receiver.received.length >= 2)
-  await new Promise((resolve) => setTimeout(resolve, 1_000))
+  await webhooksSettled([app])
   t.same(receiver.received.map((r) => r.event.type), ['message.received', 'message.received'], 'the webhook does not')
 })

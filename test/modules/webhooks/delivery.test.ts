@@ -8,6 +8,9 @@ import { backoffMs } from '../../../src/modules/webhooks/webhook-dispatcher.js'
 import { createSecretBox } from '../../../src/modules/webhooks/webhook-secrets.js'
 import { createWebhooksRepository, LeaseLost } from '../../../src/modules/webhooks/webhooks.repository.js'
 import { build, type Caller } from '../../helper.js'
+import { metric } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
+import { webhooksSettled } from '../../support/webhook-dispatch.js'
 import { startReceiver, validSignature } from '../../support/webhook-receiver.js'
 
 // Webhook delivery to a real HTTP receiver on loopback (WEBHOOK_ALLOW_PRIVATE=true).
@@ -15,14 +18,14 @@ const ENV = { WEBHOOK_ALLOW_PRIVATE: 'true', RATE_LIMIT_PER_SECOND: '100000' }
 
 interface Delivery { event: string, status: string, attempts: number, lastError: string | null }
 
-/** A webhook's delivery log once `done` holds of it (it is written as each batch ends). */
+/**
+ * A webhook's delivery log once `done` holds of it (it is written as each batch ends), or as it
+ * stands after 10 s, for the test's own assertion to show.
+ */
 async function logUntil (owner: Caller, id: string, done: (deliveries: Delivery[]) => boolean): Promise<Delivery[]> {
   let deliveries: Delivery[] = []
-  for (let i = 0; i < 100; i++) {
-    deliveries = (await owner.get(`/v2/webhooks/${id}/deliveries?limit=100`)).json().deliveries
-    if (done(deliveries)) break
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+  await until(async () => done(deliveries = (await owner.get(`/v2/webhooks/${id}/deliveries?limit=100`)).json().deliveries), { intervalMs: 50 })
+    .catch(() => {})
   return deliveries
 }
 
@@ -50,10 +53,10 @@ t.test('every event of the feed, in order, signed, with the Event JSON as the bo
 
   // The log is written as each batch ends, just after the receiver has answered.
   let log = (await alice.get(`/v2/webhooks/${hook.id}/deliveries?limit=5`)).json()
-  for (let i = 0; i < 50 && log.deliveries[0]?.event !== feed.at(-1)!.id; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 100))
+  await until(async () => {
     log = (await alice.get(`/v2/webhooks/${hook.id}/deliveries?limit=5`)).json()
-  }
+    return log.deliveries[0]?.event === feed.at(-1)!.id
+  }, { timeoutMs: 5_000, intervalMs: 50, message: 'the log never reached the last event' })
   t.equal(log.deliveries.length, 5)
   t.same(log.deliveries.map((d: { event: string }) => d.event), feed.slice(-5).map((e) => e.id).reverse(), 'the log, newest first')
   t.match(log.deliveries[0], { status: 'delivered', attempts: 1, lastError: null })
@@ -63,7 +66,7 @@ t.test('every event of the feed, in order, signed, with the Event JSON as the bo
 })
 
 t.test('a filter sends only its types', async (t) => {
-  const { as } = await build(t, { env: ENV })
+  const { app, as } = await build(t, { env: ENV })
   const receiver = await startReceiver(t)
   const alice = await as('alice')
   const bob = await as('bob')
@@ -72,7 +75,7 @@ t.test('a filter sends only its types', async (t) => {
   t.equal((await bob.post('/v2/message/typing', { recipient: 'alice' })).statusCode, 204)
   t.equal((await bob.post('/v2/message/status', { message: sent.json().id, status: 'read' })).statusCode, 204)
   await receiver.until(() => receiver.received.length >= 1)
-  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  await webhooksSettled([app])
   t.same(receiver.received.map((r) => r.event.type), ['message.status'], 'only the status event, not typing')
   t.match(receiver.received[0]!.event.data, { message: sent.json().id, recipient: 'bob', status: 'read' })
 })
@@ -94,7 +97,7 @@ t.test('a receiver that fails for a while gets every event later, in order; the 
 })
 
 t.test('after 24 h of failures the webhook is disabled and its owner told', async (t) => {
-  const { as, db } = await build(t, { env: ENV })
+  const { app, as, db } = await build(t, { env: ENV })
   const receiver = await startReceiver(t, () => 500)
   const alice = await as('alice')
   const bob = await as('bob')
@@ -104,25 +107,25 @@ t.test('after 24 h of failures the webhook is disabled and its owner told', asyn
   await receiver.until(() => receiver.received.length >= 1)
   // As if the first failure had been a day ago: the next failure is the last. (Once the batch
   // that failed has recorded it and let go of the webhook.)
-  for (let i = 0; i < 100; i++) {
+  await until(async () => {
     const updated = await db.execute(sql`UPDATE webhooks SET failing_since = now() - interval '24 hours 1 second', next_attempt_at = now()
       WHERE id = ${hook.id} AND lease_until IS NULL AND failing_since IS NOT NULL RETURNING id`) as unknown as { rows: unknown[] }
-    if (updated.rows.length === 1) break
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
+    return updated.rows.length === 1
+  }, { timeoutMs: 5_000, intervalMs: 50, message: 'the failed batch never let go of the webhook' })
   const n = receiver.received.length
   await receiver.until(() => receiver.received.some((r, i) => i >= n && r.headers['x-parley-webhook-id'] === hook.id))
   let listed: { id: string, disabledAt: string | null }[] = []
-  for (let i = 0; i < 50 && !(listed.find((w) => w.id === hook.id)?.disabledAt); i++) {
+  await until(async () => {
     listed = (await alice.get('/v2/webhooks')).json().webhooks
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+    return Boolean(listed.find((w) => w.id === hook.id)?.disabledAt)
+  }, { timeoutMs: 5_000, intervalMs: 50, message: 'the webhook was never disabled' })
   t.ok(listed.find((w) => w.id === hook.id)?.disabledAt, 'disabledAt is set')
   const feed = (await alice.get('/v2/events')).json().events as { type: string, data: unknown }[]
   t.same(feed.filter((e) => e.type === 'webhook.disabled').map((e) => e.data), [{ webhook: hook.id }], 'webhook.disabled is in the feed')
   t.match(await logUntil(alice, hook.id, (d) => d[0]?.status === 'failed'), [{ status: 'failed', lastError: 'answered 500' }])
   const count = receiver.received.filter((r) => r.headers['x-parley-webhook-id'] === hook.id).length
-  await new Promise((resolve) => setTimeout(resolve, 2_500))
+  // Every look for due webhooks from here on passes it by, and none is sending to it.
+  await webhooksSettled([app])
   t.equal(receiver.received.filter((r) => r.headers['x-parley-webhook-id'] === hook.id).length, count, 'a disabled webhook is sent nothing more')
   t.ok(other.id)
 })
@@ -147,8 +150,8 @@ t.test('redeliver sends an event again, with its own id; an event the feed does 
 })
 
 t.test('two instances share the webhooks: no event is delivered twice', async (t) => {
-  const { as, secondInstance } = await build(t, { env: ENV })
-  await secondInstance(ENV)
+  const { app, as, secondInstance } = await build(t, { env: ENV })
+  const other = await secondInstance(ENV)
   const receiver = await startReceiver(t)
   const bob = await as('bob')
   const owners = await Promise.all(['u1', 'u2', 'u3', 'u4'].map((a) => as(a)))
@@ -157,7 +160,7 @@ t.test('two instances share the webhooks: no event is delivered twice', async (t
     await Promise.all(owners.map((o) => bob.post('/v2/message', { recipient: o.address, body: `m${i}` })))
   }
   await receiver.until(() => receiver.received.length >= 60)
-  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  await webhooksSettled([app, other])
   const keys = receiver.received.map((r) => `${r.headers['x-parley-webhook-id']}/${r.event.id}`)
   t.equal(keys.length, 60, '60 deliveries')
   t.equal(new Set(keys).size, 60, 'each event once')
@@ -236,7 +239,7 @@ t.test('a kept-alive connection the receiver dropped is retried on a new one, no
 })
 
 t.test('a redelivery asked while the event still fails waits its turn: the event goes out in order, then once more; the webhook moves on', async (t) => {
-  const { as } = await build(t, { env: ENV })
+  const { app, as } = await build(t, { env: ENV })
   let failing = true
   const receiver = await startReceiver(t, () => failing ? 500 : 200)
   const alice = await as('alice')
@@ -248,7 +251,7 @@ t.test('a redelivery asked while the event still fails waits its turn: the event
   t.equal((await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: first })).statusCode, 204, 'asked while it fails')
   failing = false
   await receiver.until(() => receiver.delivered().length >= 3, 30_000)
-  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  await webhooksSettled([app])
   const ids = receiver.delivered().map((r) => r.event.id)
   const firsts = [...new Set(ids)]
   t.same(firsts, [...firsts].sort((a, b) => Number(a) - Number(b)), 'first deliveries in order')
@@ -261,7 +264,7 @@ t.test('a redelivery asked while the event still fails waits its turn: the event
 })
 
 t.test('a redelivery asked for an event the feed then loses is not retried for ever', async (t) => {
-  const { as, db } = await build(t, { env: ENV })
+  const { app, as, db } = await build(t, { env: ENV })
   let failing = false
   const receiver = await startReceiver(t, () => failing ? 500 : 200)
   const alice = await as('alice')
@@ -277,13 +280,11 @@ t.test('a redelivery asked for an event the feed then loses is not retried for e
   await db.execute(sql`UPDATE webhooks SET next_attempt_at = now() WHERE id = ${hook.id}`)
   const count = receiver.received.length
   // No claim finds work in it: the webhook is never leased again (before, it was claimed,
-  // found nothing, released and claimed again, without a pause).
-  const tokens = new Set<unknown>()
-  for (let i = 0; i < 20; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    tokens.add(((await db.execute(sql`SELECT lease_token FROM webhooks WHERE id = ${hook.id}`)) as unknown as { rows: { lease_token: unknown }[] }).rows[0]?.lease_token)
-  }
-  t.same([...tokens], [null], 'never claimed again')
+  // found nothing, released and claimed again, without a pause). It is due: every look for
+  // due webhooks from here on would start a batch for it.
+  const batches = await metric(app, 'parley_webhook_batches_total')
+  await webhooksSettled([app])
+  t.equal(await metric(app, 'parley_webhook_batches_total'), batches, 'never claimed again')
   t.equal(receiver.received.length, count, 'and nothing more is sent')
 })
 
@@ -329,7 +330,7 @@ t.test('secrets stored before a key was set are sealed once one is', async (t) =
 })
 
 t.test('a receiver that answers 200 and never ends its body has each event delivered once, well within the 10 s', async (t) => {
-  const { as } = await build(t, { env: ENV })
+  const { app, as } = await build(t, { env: ENV })
   const receiver = await startReceiver(t, () => 200, 0, { neverEndBody: true })
   const alice = await as('alice')
   const bob = await as('bob')
@@ -341,7 +342,8 @@ t.test('a receiver that answers 200 and never ends its body has each event deliv
   const took = Date.now() - started
   t.same(log.map((d) => [d.status, d.attempts, d.lastError]), [['delivered', 1, null], ['delivered', 1, null], ['delivered', 1, null]], `delivered on the first attempt (${took} ms)`)
   t.ok(took < 8_000, `all three delivered in ${took} ms, not one per 10 s deadline`)
-  // Past the drain bound (1 s), nothing is sent again.
-  await new Promise((resolve) => setTimeout(resolve, 1_500))
+  // Past the drain bound (1 s), when the sender has cut each connection, nothing is sent again.
+  await until(() => receiver.connections() === 0, { timeoutMs: 5_000, message: 'the sender never cut the bodies that do not end' })
+  await webhooksSettled([app])
   t.equal(receiver.received.length, 3, 'each event arrived once')
 })

@@ -1,0 +1,19 @@
+import type { FastifyInstance } from 'fastify'
+
+/**
+ * One GET /metrics of the app, read by series as the text names them (`parley_long_polls_open`,
+ * `parley_admission{gate="request",state="held"}`): undefined for a series it does not report.
+ * Several series read from one scrape are of the same moment.
+ */
+export async function scrape (app: FastifyInstance): Promise<(series: string) => number | undefined> {
+  const lines = (await app.inject({ method: 'GET', url: '/metrics' })).body.split('\n')
+  return (series) => {
+    const line = lines.find((l) => l.startsWith(`${series} `))
+    return line === undefined ? undefined : Number(line.slice(series.length + 1))
+  }
+}
+
+/** The value of one series of the app's GET /metrics (see scrape). */
+export async function metric (app: FastifyInstance, series: string): Promise<number | undefined> {
+  return (await scrape(app))(series)
+}
