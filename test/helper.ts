@@ -81,6 +81,8 @@ export interface BuildOptions {
   env?: Record<string, string>
   /** Extra routes, registered before the app is ready (to exercise plugins directly). */
   routes?: (app: FastifyInstance) => Promise<void>
+  /** The clock of the key cache and the in-process rate limits (buildApp's `now`): one the test moves. */
+  now?: () => number
 }
 
 /** The configuration tests run with: the defaults, plus what a test overrides. */
@@ -102,7 +104,7 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
       done()
     }
   })
-  const app = await buildApp({ config, database: fresh.database, logStream })
+  const app = await buildApp({ config, database: fresh.database, logStream, now: options.now })
   // Closed before this app and its database: second instances and the like.
   const closers: (() => Promise<void>)[] = []
   t.teardown(async () => {
@@ -143,7 +145,7 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
     url: fresh.url,
     async secondInstance (extraEnv = {}) {
       const database = fresh.url !== undefined ? await connectPostgres(fresh.url, 5) : fresh.database
-      const other = await buildApp({ config: testConfig({ ...options.env, ...extraEnv }), database, logStream })
+      const other = await buildApp({ config: testConfig({ ...options.env, ...extraEnv }), database, logStream, now: options.now })
       closers.push(async () => {
         await other.close()
         if (database !== fresh.database) await database.close()

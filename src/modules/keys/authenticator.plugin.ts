@@ -18,11 +18,13 @@ export interface AuthenticatorPluginOptions {
   db: Db
   /** DAILY_MESSAGE_QUOTA: a key's quota when it has none of its own. */
   defaultDailyQuota: number
+  /** The key cache's clock (and expiry's): Date.now unless given. */
+  now?: () => number
 }
 
 /** The process's one authenticator, so its key cache is shared by every route. */
 export const authenticatorPlugin = fp(async (app: FastifyInstance, opts: AuthenticatorPluginOptions) => {
-  app.decorate('authenticator', createAuthenticator(opts.db, opts.defaultDailyQuota, Date.now,
+  app.decorate('authenticator', createAuthenticator(opts.db, opts.defaultDailyQuota, opts.now,
     (err) => app.log.warn({ err: loggableError(err) }, 'could not record when a key was last used')))
   const watch = createKeyWatch(opts.db, KEY_WATCH_MS,
     (err) => app.log.warn({ err: loggableError(err) }, 'could not check the keys of open event streams; will retry'))
