@@ -122,6 +122,8 @@ t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a
   await until(async () => Object.entries(await admission(base)).every(([, n]) => n === 0), { message: 'no place held' })
   const renames = async () => (await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM events WHERE address = 'member1' AND type = 'group.updated'`))[0]!.n
   let carriedOut = await renames()
+  // Something that must not happen (a hung-up rename still on its way to the gate, then
+  // carried out): the count unchanged over a second, however many seconds that takes.
   await until(async () => {
     await sleep(1_000)
     const now = await renames()
