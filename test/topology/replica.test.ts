@@ -144,6 +144,7 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
   /** Trials until a read is served by the replica again (the probe's back-off is at most 5 s). */
   async function untilServedByReplica (label: string) {
     const before = (await replicaReads(servers))['replica:caught_up'] ?? 0
+    // A trial at each look (the counter moves only when reads are made), 250 ms apart.
     await until(async () => {
       await trials(1, `${label} (waiting for the replica)`)
       return ((await replicaReads(servers))['replica:caught_up'] ?? 0) > before
@@ -264,7 +265,7 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
     await until(async () => {
       const texts = await Promise.all(servers.map(async (s) => (await fetch(`${s.url}/metrics`)).text()))
       return texts.every((text) => /^parley_replica_up 1$/m.test(text))
-    }, { timeoutMs: 15_000, intervalMs: 100, message: `${label}: the replica up on both instances` })
+    }, { timeoutMs: 15_000, intervalMs: 50, message: `${label}: the replica up on both instances` })
     t.pass(`${label}: the replica is up on both instances`)
     const before = (await replicaReads(servers))['replica:caught_up'] ?? 0
     for (let i = 0; i < 10; i++) {
