@@ -43,14 +43,15 @@ export interface AppOptions {
   /** Where log lines go (stdout when omitted); tests pass a stream to read them. */
   logStream?: Writable
   /**
-   * The clock the process times keys by (expiry, the key cache); Date.now when omitted. Tests
-   * pass one they move forward instead of sleeping. Statements keep the database's own clock.
+   * The clock of the time limits this process keeps on keys and clients: the key cache and a
+   * key's expiry, failed authentications' one-second windows, the in-process rate-limit buckets.
+   * Date.now when omitted; tests pass one they move, rather than wait for the time to pass.
    */
   now?: () => number
 }
 
 /** Builds the service without listening: plugins first, then each resource's routes under /v2. */
-export async function buildApp ({ config, database, logStream, now }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp ({ config, database, logStream, now = Date.now }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify(serverOptions(config, logStream)).withTypeProvider<TypeBoxTypeProvider>()
 
   await app.register(requestIdPlugin)
@@ -96,8 +97,8 @@ export async function buildApp ({ config, database, logStream, now }: AppOptions
   await app.register(consolePlugin)
 
   await app.register(async (v2) => {
-    await v2.register(authPlugin, { authenticator: app.authenticator, failuresPerSecond: config.rateLimitPerSecond })
-    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis: app.redis })
+    await v2.register(authPlugin, { authenticator: app.authenticator, failuresPerSecond: config.rateLimitPerSecond, now })
+    await v2.register(rateLimitPlugin, { perSecond: config.rateLimitPerSecond, redis: app.redis, now })
     // PGlite is one connection: its requests take turns however many keys there are. Asked of
     // the database itself, not of DATABASE_URL: tests hand the app a database they opened.
     const poolSize = database.driver === 'pglite' ? 1 : config.databasePoolSize

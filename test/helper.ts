@@ -81,7 +81,7 @@ export interface BuildOptions {
   env?: Record<string, string>
   /** Extra routes, registered before the app is ready (to exercise plugins directly). */
   routes?: (app: FastifyInstance) => Promise<void>
-  /** The app's clock (see buildApp), second instances' too: a movableClock to skip time. */
+  /** The app's clock (buildApp's `now`: keys, failed authentications, in-process rate limits), second instances' too: one the test moves. */
   now?: () => number
 }
 

@@ -51,8 +51,8 @@ function basicUsername (header: string | undefined): string {
  * caller's IP: so a flood of bad credentials is throttled, and a real key's budget is charged
  * only once its secret is proven.
  */
-export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: CredentialCheck, failuresPerSecond: number }) => {
-  const failures = new AuthFailures(opts.failuresPerSecond)
+export const authPlugin = fp(async (app: FastifyInstance, opts: { authenticator: CredentialCheck, failuresPerSecond: number, now?: () => number }) => {
+  const failures = new AuthFailures(opts.failuresPerSecond, opts.now)
   app.decorateRequest('principal', null)
   app.decorateRequest('authError', null)
 

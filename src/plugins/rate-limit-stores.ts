@@ -20,24 +20,38 @@ export function gcra (tat: number | undefined, now: number, period: number, max:
   return { tat: next, current: Math.ceil((next - now) / interval - 1e-9), ttl: Math.ceil(next - now) }
 }
 
-/** In-process GCRA: one timestamp per key, each request answered with its own snapshot. */
-export class GcraStore implements FastifyRateLimitStore {
+/** In-process GCRA on `now`'s clock: one timestamp per key, each request answered with its own snapshot. */
+class GcraBuckets implements FastifyRateLimitStore {
   private readonly tats = new Map<string, number>()
 
+  constructor (private readonly now: () => number) {}
+
   incr (key: string, cb: StoreCallback, period: number, max: number): void {
-    const now = Date.now()
+    const now = this.now()
     if (this.tats.size >= 100_000) this.sweep(now)
     const result = gcra(this.tats.get(key), now, period, max)
     if (result.tat !== undefined) this.tats.set(key, result.tat)
     cb(null, { current: result.current, ttl: result.ttl })
   }
 
-  child (): GcraStore {
-    return new GcraStore()
+  child (): GcraBuckets {
+    return new GcraBuckets(this.now)
   }
 
   private sweep (now: number): void {
     for (const [key, tat] of this.tats) if (tat <= now) this.tats.delete(key)
+  }
+}
+
+/**
+ * In-process GCRA buckets, as @fastify/rate-limit takes a store (a class it constructs), on
+ * `now`'s clock (Date.now; a test's own that it moves).
+ */
+export function gcraStore (now: () => number = Date.now): new () => FastifyRateLimitStore {
+  return class GcraStore extends GcraBuckets {
+    constructor () {
+      super(now)
+    }
   }
 }
 
@@ -64,12 +78,12 @@ interface GcraRedis extends Redis {
 
 /**
  * GCRA buckets in Redis, shared by every instance. When Redis cannot answer, the instance
- * limits on its own (GcraStore) rather than not at all, and says so in the log once per outage.
+ * limits on its own (in-process buckets) rather than not at all, and says so in the log once per outage.
  */
 export function redisGcraStore (redis: Redis, prefix: string, onFallback: (err: Error) => void): new () => FastifyRateLimitStore {
   if (!('parleyGcra' in redis)) redis.defineCommand('parleyGcra', { numberOfKeys: 1, lua: GCRA_LUA })
   const shared = redis as GcraRedis
-  const local = new GcraStore()
+  const local = new GcraBuckets(Date.now)
   let failing = false
   return class RedisGcraStore implements FastifyRateLimitStore {
     incr (key: string, cb: StoreCallback, period: number, max: number): void {

@@ -4,7 +4,7 @@ import fp from 'fastify-plugin'
 import type { Redis } from 'ioredis'
 import { RateLimited } from '../errors.js'
 import { answerUnknownRoute } from './errors.js'
-import { GcraStore, redisGcraStore } from './rate-limit-stores.js'
+import { gcraStore, redisGcraStore } from './rate-limit-stores.js'
 
 /**
  * What an unauthenticated client is counted as: its IPv4 address, or the /64 of its IPv6 one.
@@ -26,6 +26,8 @@ export interface RateLimitOptions {
   perSecond: number
   /** Shared counters for several instances; in-process counters without it. */
   redis?: Redis | undefined
+  /** The in-process counters' clock (Redis's counters run on Redis's). */
+  now?: () => number
 }
 
 /**
@@ -45,7 +47,7 @@ export const rateLimitPlugin = fp(async (app: FastifyInstance, opts: RateLimitOp
       ? redisGcraStore(opts.redis, 'parley:gcra:', (err) => {
         app.log.warn({ err: { message: err.message } }, 'redis unavailable; rate limits are counted per instance until it is back')
       })
-      : GcraStore,
+      : gcraStore(opts.now),
     keyGenerator: (req) => req.principal !== null ? `key:${req.principal.keyId}` : `ip:${clientNetwork(req.ip)}`,
     errorResponseBuilder: () => new RateLimited()
   })

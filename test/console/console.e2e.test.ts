@@ -4,6 +4,7 @@ import t from 'tap'
 import { build } from '../helper.js'
 import { CHROMIUM_ARGS, chromiumPath } from '../support/chromium.js'
 import { makePng } from '../support/png.js'
+import { until } from '../support/until.js'
 
 const executablePath = chromiumPath()
 const skip = executablePath === undefined
@@ -83,7 +84,7 @@ t.test('the web console in a real browser', { skip }, async (t) => {
     await message('hi from bob').waitFor()
     // Shown, so reported read.
     const id = (sent.json() as { id: string }).id
-    await t.resolves(waitFor(async () => (await bob.get(`/v2/message/${id}/status`)).json().recipients[0].status === 'read'), 'bob sees it read')
+    await t.resolves(until(async () => (await bob.get(`/v2/message/${id}/status`)).json().recipients[0].status === 'read', { timeoutMs: 5_000, intervalMs: 50 }), 'bob sees it read')
     t.ok(requested.includes('/v2/events/stream'), 'the page follows the feed over the event stream (SSE)')
     t.equal(await page.locator('#connection').textContent(), 'live')
   })
@@ -153,11 +154,3 @@ t.test('the web console in a real browser', { skip }, async (t) => {
 
   t.same(scriptErrors, [], 'the page logged no script errors')
 })
-
-async function waitFor (check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!await check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-}

@@ -7,8 +7,10 @@ import pg from 'pg'
 import t from 'tap'
 import { loadConfig } from '../../src/config.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
+import { longPollsWaiting } from '../support/metrics.js'
 import { childDatabaseEnv, runCli, runCliInProcess, spawnDaemon, startServer, tempDir } from '../support/processes.js'
 import { freePort } from '../support/ports.js'
+import { until } from '../support/until.js'
 
 const run = promisify(execFile)
 const compose = readFileSync('docker-compose.yml', 'utf8')
@@ -237,7 +239,7 @@ t.test('what the containers run works outside Docker: parley migrate, then parle
   t.equal((await fetch(`${server.url}/readyz`)).status, 200)
   t.equal((await fetch(`${server.url}/metrics`)).status, 404, 'with METRICS_PORT, the API port does not serve metrics')
   const logged = () => /Metrics listening at (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(server.output())?.[1]
-  for (let i = 0; i < 100 && logged() === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  await until(() => logged() !== undefined, { intervalMs: 50, message: 'the metrics address logged' })
   t.equal((await fetch(logged()!)).status, 200, 'its own port does')
   t.equal(await server.stop(), 0)
 })
@@ -273,10 +275,10 @@ t.test('the balancer (deploy/balancer.Caddyfile, in Debian\'s Caddy) in front of
 
   const base = `http://127.0.0.1:${port}`
   let ready: Response | undefined
-  for (let i = 0; i < 100 && ready?.status !== 200; i++) {
+  await until(async () => {
     ready = await fetch(`${base}/healthz`).catch(() => undefined)
-    if (ready?.status !== 200) await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+    return ready?.status === 200
+  }, { intervalMs: 50 }).catch(() => {})
   t.equal(ready?.status, 200, ready?.status === 200 ? 'the balancer answers' : `the balancer never answered:\n${proxy.output()}`)
   if (ready?.status !== 200) return
   t.equal((await fetch(`${base}/metrics`)).status, 404, 'no metrics through the balancer')
@@ -293,14 +295,17 @@ t.test('the balancer (deploy/balancer.Caddyfile, in Debian\'s Caddy) in front of
     req.end()
   })
   t.equal(whoami, 200)
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  // The request's own log line, as it reaches this process.
+  await until(() => server.output().includes('"url":"/v2/whoami"'), { message: 'the request logged' })
   t.match(server.output(), /"remoteAddress":"127\.0\.0\.2"/, 'logged with the client\'s address (TRUST_PROXY=1: the balancer\'s X-Forwarded-For)')
   t.notMatch(server.output(), /203\.0\.113\.9/, 'a forged X-Forwarded-For does not get through')
 
   // A long-poll through the balancer wakes as soon as the message is sent: nothing holds the answer back.
   const polled = Date.now()
   const poll = fetch(`${base}/v2/events?wait=20`, { headers: { authorization: auth(bob) } }).then(async (res) => ({ status: res.status, body: await res.text(), ms: Date.now() - polled }))
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  const metricsAt = () => /Metrics listening at (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(server.output())?.[1]
+  await until(() => metricsAt() !== undefined, { message: 'the metrics address logged' })
+  await until(async () => await longPollsWaiting(metricsAt()!) === 1, { message: 'bob\'s long-poll waiting' })
   const sent = await fetch(`${base}/v2/message`, {
     method: 'POST',
     headers: { authorization: auth(alice), 'content-type': 'application/json' },
@@ -336,7 +341,7 @@ t.test('deploy/pgbouncer/entrypoint.sh runs Debian\'s PgBouncer in transaction m
     PGBOUNCER_DEFAULT_POOL_SIZE: '1',
     PGBOUNCER_CONFIG_DIR: join(dir, 'config')
   })
-  for (let i = 0; i < 100 && !/listening on 127\.0\.0\.1/.test(bouncer.output()) && bouncer.child.exitCode === null; i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  await until(() => /listening on 127\.0\.0\.1/.test(bouncer.output()) || bouncer.child.exitCode !== null, { intervalMs: 50 }).catch(() => {})
   t.match(bouncer.output(), /listening on 127\.0\.0\.1/, bouncer.output())
   t.match(readFileSync(join(dir, 'config', 'pgbouncer.ini'), 'utf8'), /^pool_mode = transaction$/m)
 

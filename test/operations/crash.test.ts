@@ -5,6 +5,7 @@ import { connectPostgres } from '../../src/db/client.js'
 import { createAttachmentChunksRepository } from '../../src/modules/messages/attachment-chunks.repository.js'
 import { usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
+import { until } from '../support/until.js'
 
 const skip = usingPostgres() ? false : 'the crash test kills a server process and reopens its database: it runs on PostgreSQL'
 
@@ -72,9 +73,9 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
     `Content-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${head.length + 20 * 1024 * 1024}\r\n\r\n${head}`)
   slow.write(Buffer.alloc(1024 * 1024, 7))
   // Kill once the stream is well under way.
-  while ([...outcomes.values()].filter((o) => 'status' in o && o.status === 200).length < 150) {
-    await new Promise((resolve) => setTimeout(resolve, 5))
-  }
+  await until(() => [...outcomes.values()].filter((o) => 'status' in o && o.status === 200).length >= 150, {
+    timeoutMs: 60_000, intervalMs: 5, message: '150 sends acknowledged'
+  })
   inFlightAtKill = inFlight
   const exited = new Promise((resolve) => first.child.once('exit', resolve))
   first.child.kill('SIGKILL')

@@ -6,6 +6,7 @@ import { queryRows } from '../../src/db/rows.js'
 import { build } from '../helper.js'
 import { fromAbuser, p99 } from '../support/abuse.js'
 import { rosterReads } from '../support/bystander.js'
+import { until } from '../support/until.js'
 
 // Clients that hang up: a place at admission is held until the handler's work is done, not
 // until the socket closes, and a request whose client left before its turn does nothing.
@@ -20,13 +21,18 @@ async function admission (base: string): Promise<Record<string, number>> {
   return out
 }
 
-async function until (what: string, check: () => Promise<boolean>, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!await check()) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`)
-    await sleep(20)
-  }
+/**
+ * Requests from /metrics that are over: sends written, and errors answered (by code), each
+ * counted once whether or not a client was left to answer. A send whose client hung up ends
+ * in one or the other: written, or refused RATE_LIMITED (abandoned before its turn).
+ */
+async function finished (base: string): Promise<{ sent: number, errors: Record<string, number> }> {
+  const text = await (await fetch(`${base}/metrics`)).text()
+  const errors: Record<string, number> = {}
+  for (const [, code, value] of text.matchAll(/^parley_errors_total\{code="(\w+)"\} (\d+)$/gm)) errors[code!] = Number(value)
+  return { sent: Number(/^parley_messages_sent_total (\d+)$/m.exec(text)?.[1] ?? 0), errors }
 }
+const total = (counts: Record<string, number>): number => Object.values(counts).reduce((sum, n) => sum + n, 0)
 
 t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a time for 4 s, beside a bystander\'s roster reads', async (t) => {
   const { app, db, database, as } = await build(t, { env: ENV })
@@ -113,16 +119,18 @@ t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a
   // Once the abuse ends, every place is given back, and no hung-up rename is left to run: the
   // renames carried out (one group.updated each in a member's feed) are what one place allows
   // in the time, not the hundreds the abuser started (before: each one ran, after its client left).
-  await until('no place held', async () => Object.entries(await admission(base)).every(([, n]) => n === 0))
+  await until(async () => Object.entries(await admission(base)).every(([, n]) => n === 0), { message: 'no place held' })
   const renames = async () => (await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM events WHERE address = 'member1' AND type = 'group.updated'`))[0]!.n
   let carriedOut = await renames()
-  await until('the renames settled', async () => {
+  // Something that must not happen (a hung-up rename still on its way to the gate, then
+  // carried out): the count unchanged over a second, however many seconds that takes.
+  await until(async () => {
     await sleep(1_000)
     const now = await renames()
     const settled = now === carriedOut
     carriedOut = now
     return settled
-  }, 30_000)
+  }, { timeoutMs: 30_000, message: 'the renames settled' })
   // Twice what the fastest rename alone allows: a warm process renames faster than it did
   // alone (CI: 33 where 23 were expected), while the fault this catches runs every one started
   // (hundreds).
@@ -164,8 +172,12 @@ t.test('30 sends whose clients close their sockets as soon as the request is wri
   const sockets = await Promise.all(Array.from({ length: 30 }, (_, i) =>
     rawRequest(base, 'POST', '/v2/message', headers, JSON.stringify({ recipient: 'bob', body: `gone ${i}` }))))
   for (const socket of sockets) socket.destroy()
-  await sleep(500)
-  await until('every send done', async () => Object.entries(await admission(base)).every(([, n]) => n === 0))
+  // Each of the 30 over (written, or refused as abandoned), beside the warm-up's send.
+  await until(async () => {
+    const { sent, errors } = await finished(base)
+    return sent + total(errors) >= 31
+  }, { message: 'every send over' })
+  await until(async () => Object.entries(await admission(base)).every(([, n]) => n === 0), { message: 'no place held' })
   const bodies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'mallory' AND body LIKE 'gone %'`)
   t.comment(`${bodies.length} of 30 written (before: 30 of 30)`)
   // One whose close reached the server only after its work began may be written: ack after commit.
@@ -193,19 +205,24 @@ t.test('30 sends whose clients hang up while they wait their turn are never writ
   const sockets = await Promise.all(Array.from({ length: 30 }, (_, i) =>
     rawRequest(base, 'POST', '/v2/message', headers, JSON.stringify({ recipient: 'bob', body: `hung up ${i}` }))))
   let admitted = 0
-  await until('30 sends admitted or waiting', async () => {
+  await until(async () => {
     const gauges = await admission(base)
     admitted = gauges['request.held'] ?? 0
     return admitted + (gauges['request.waiting'] ?? 0) === 30 && admitted > 0
-  })
+  }, { message: '30 sends admitted or waiting' })
   for (const socket of sockets) socket.resetAndDestroy()
-  await until('the waiting sends abandoned', async () => (await admission(base))['request.waiting'] === 0)
-  // Time for anything wrongly let in by the hang-ups to start, then the database is free again.
-  await sleep(300)
+  // Each of the 30 either refused as abandoned, or holding a place (stalled on the row): so
+  // anything wrongly let in by the hang-ups has started too. Then the database is free again.
+  await until(async () => {
+    const [{ errors }, gauges] = await Promise.all([finished(base), admission(base)])
+    return gauges['request.waiting'] === 0 && (errors.RATE_LIMITED ?? 0) + (gauges['request.held'] ?? 0) === 30
+  }, { message: 'the waiting sends abandoned, the admitted ones stalled' })
   release()
   await holder
-  await until('the admitted sends done', async () => (await admission(base))['request.held'] === 0)
-  await sleep(200)
+  await until(async () => {
+    const { sent, errors } = await finished(base)
+    return sent + total(errors) >= 31 && (await admission(base))['request.held'] === 0
+  }, { message: 'the admitted sends done' })
 
   const bodies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'mallory' AND body LIKE 'hung up %'`)
   t.comment(`${admitted} admitted before the hang-ups, ${bodies.length} written`)

@@ -5,6 +5,8 @@ import { buildApp } from '../../src/app.js'
 import { connectPostgres } from '../../src/db/client.js'
 import { build, testConfig } from '../helper.js'
 import { usingPostgres } from '../support/databases.js'
+import { longPollsWaiting } from '../support/metrics.js'
+import { until } from '../support/until.js'
 
 const skip = usingPostgres() ? false : 'the LISTEN connection is a PostgreSQL connection'
 const HEARTBEAT_MS = 300
@@ -55,15 +57,6 @@ async function startProxy (target: { host: string, port: number }) {
   }
 }
 
-async function until (what: string, ms: number, check: () => boolean): Promise<number> {
-  const started = Date.now()
-  while (!check()) {
-    if (Date.now() - started > ms) throw new Error(`${what}: not within ${ms} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-  return Date.now() - started
-}
-
 t.test('a half-open LISTEN connection is noticed by its heartbeat and replaced; cross-instance wake-ups resume', { skip }, async (t) => {
   const built = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
   const url = new URL(built.url!)
@@ -86,7 +79,7 @@ t.test('a half-open LISTEN connection is noticed by its heartbeat and replaced; 
   const wakeUp = async (body: string): Promise<{ ms: number, bodies: string[] }> => {
     const last = (await other.inject({ method: 'GET', url: '/v2/events?limit=200', headers: { authorization: bob.authorization } })).json().last as string
     const poll = other.inject({ method: 'GET', url: `/v2/events?after=${last}&wait=8`, headers: { authorization: bob.authorization } })
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    await until(async () => await longPollsWaiting(other) === 1, { message: 'the long-poll waiting on the proxied instance' })
     const sentAt = Date.now()
     t.equal((await alice.post('/v2/message', { recipient: 'bob', body })).statusCode, 200)
     const page = (await poll).json() as { events: { data: { message?: { body: string } } }[] }
@@ -99,9 +92,10 @@ t.test('a half-open LISTEN connection is noticed by its heartbeat and replaced; 
 
   const [dead] = proxy.blackHoleListeners()
   t.ok(dead, 'the proxied instance LISTENs through the proxy')
-  const noticed = await until('the instance drops the half-open connection', 20 * HEARTBEAT_MS, () => dead!.closed)
-  t.ok(true, `dropped after ${noticed} ms (heartbeat ${HEARTBEAT_MS} ms)`)
-  await until('the instance LISTENs again', 10_000, () => proxy.listening().some((p) => !p.dead))
+  const blackHoled = Date.now()
+  await until(() => dead!.closed, { timeoutMs: 20 * HEARTBEAT_MS, intervalMs: 20, message: 'the instance drops the half-open connection' })
+  t.ok(true, `dropped after ${Date.now() - blackHoled} ms (heartbeat ${HEARTBEAT_MS} ms)`)
+  await until(() => proxy.listening().some((p) => !p.dead), { intervalMs: 20, message: 'the instance LISTENs again' })
 
   const after = await wakeUp('after')
   t.same(after.bodies, ['after'])

@@ -1,5 +1,7 @@
 import t from 'tap'
+import { longPollsWaiting } from '../support/metrics.js'
 import { runCliInProcess, childDatabaseEnv, startServer } from '../support/processes.js'
+import { until } from '../support/until.js'
 
 t.test('SIGTERM: open long-polls answer empty at once, new connections are refused, exit 0 within 10 s', async (t) => {
   const env = await childDatabaseEnv(t)
@@ -9,7 +11,7 @@ t.test('SIGTERM: open long-polls answer empty at once, new connections are refus
   const authorization = `Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`
 
   const polls = Array.from({ length: 3 }, () => fetch(`${server.url}/v2/events?wait=25`, { headers: { authorization } }))
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  await until(async () => await longPollsWaiting(`${server.url}/metrics`) === 3, { message: 'the 3 long-polls waiting' })
   const started = Date.now()
   const exited = server.stop()
   const answers = await Promise.all(polls)

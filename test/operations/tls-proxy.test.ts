@@ -6,6 +6,7 @@ import { promisify } from 'node:util'
 import t from 'tap'
 import { childDatabaseEnv, runCliInProcess, spawnDaemon, startServer, tempDir } from '../support/processes.js'
 import { freePort } from '../support/ports.js'
+import { until } from '../support/until.js'
 
 const caddy = await promisify(execFile)('caddy', ['version']).then(() => true, () => false)
 
@@ -52,10 +53,10 @@ t.test('behind Caddy (deploy/Caddyfile) over HTTPS on loopback, with TRUST_PROXY
   const root = join(home, 'data', 'caddy', 'pki', 'authorities', 'local', 'root.crt')
   const base = `https://localhost:${httpsPort}`
   let ready: Answer | undefined
-  for (let i = 0; i < 100 && ready === undefined; i++) {
+  await until(async () => {
     if (existsSync(root)) ready = await get(`${base}/healthz`, readFileSync(root, 'utf8')).catch(() => undefined)
-    if (ready === undefined) await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+    return ready !== undefined
+  }, { intervalMs: 50 }).catch(() => {})
   t.ok(ready, ready === undefined ? `Caddy never answered over HTTPS:\n${proxy.output()}` : 'Caddy answers over HTTPS')
   if (ready === undefined) return
   const ca = readFileSync(root, 'utf8')
@@ -72,7 +73,7 @@ t.test('behind Caddy (deploy/Caddyfile) over HTTPS on loopback, with TRUST_PROXY
   t.equal((await fetch(`${server.url}/metrics`)).status, 200, 'but answer on the internal address')
 
   // The client's own address reaches Parley through X-Forwarded-For; a forged one does not.
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await until(() => server.output().includes('"url":"/v2/whoami"'), { message: 'the request logged' })
   t.match(server.output(), /"remoteAddress":"127\.0\.0\.2"/, 'the request is logged with the client\'s address, not the proxy\'s')
   t.notMatch(server.output(), /203\.0\.113\.9/, 'a client cannot forge its address through the proxy')
 })

@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { bystander, p99 } from '../support/bystander.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
+import { until } from '../support/until.js'
 
 // A 6 MB feed read by clients that never take their answers, and by one key at its rate
 // limit, against a real server process: the server's memory stays bounded (an answer and a
@@ -18,7 +19,7 @@ const UNREAD_STREAMS = 40
 // kernel's) quickly even on the one-connection embedded database.
 const STALLED_STREAMS = 5
 const MAX_ANSWER_BYTES = 256 * 1024
-// The stream stall cut-off (STALL_MS in event-stream.routes.ts) and a margin.
+// The stream stall cut-off (STALL_MS in event-stream.routes.ts).
 const STALL_MS = 10_000
 // Measured: 20-122 MiB on Node 20, 214 MiB on Node 22 in CI's PostgreSQL pass and 303 MiB in
 // its embedded pass (mostly garbage of the ~4 MB each stream hands the kernel before it stalls;
@@ -159,8 +160,14 @@ t.test('clients that never read a 6 MB feed, and a key polling it at its rate li
     t.ok(peak - before < RSS_GROWTH_LIMIT_MB, `the server grew by ${(peak - before).toFixed(0)} MiB < ${RSS_GROWTH_LIMIT_MB} MiB (${UNREAD_POLLS + UNREAD_STREAMS + STALLED_STREAMS} connections of a 6 MB feed)`)
     for (const socket of [...polls, ...streams]) socket.destroy()
 
-    // Read only now: a stream the server closed gives what was left and ends; one still open keeps going.
-    await sleep(stalledAt + STALL_MS + 3_000 - Date.now())
+    // Once the server says it cut them off (STALL_MS after each stalled), read them: a stream
+    // the server closed gives what was left and ends; one still open keeps going.
+    const cutOff = () => server.output().match(/"msg":"event stream closed: its client took nothing/g)?.length ?? 0
+    await until(() => cutOff() >= STALLED_STREAMS, {
+      timeoutMs: stalledAt + STALL_MS + 15_000 - Date.now(),
+      intervalMs: 50,
+      message: `the server's log telling of ${STALLED_STREAMS} streams cut off for taking nothing`
+    })
     const ended = await Promise.all(stalled.map((socket) => new Promise<boolean>((resolve) => {
       if (socket.destroyed || socket.readableEnded) return resolve(true)
       const timer = setTimeout(() => resolve(false), 3_000)

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { build } from '../helper.js'
+import { until } from '../support/until.js'
 import { startReceiver } from '../support/webhook-receiver.js'
 
 // Five users whose receivers answer only after 4 s, each with ten webhooks and events flowing,
@@ -18,7 +19,9 @@ const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math
 
 t.test('slow receivers of five users do not delay another user\'s webhook', async (t) => {
   const { as } = await build(t, { env: ENV })
-  const slow = await startReceiver(t, () => 200, SLOW_MS)
+  // Deliveries arrived at the slow receivers (each answered SLOW_MS later).
+  let slowArrived = 0
+  const slow = await startReceiver(t, () => { slowArrived++; return 200 }, SLOW_MS)
   const fast = await startReceiver(t)
   const sender = await as('sender')
   const bob = await as('bob')
@@ -38,7 +41,8 @@ t.test('slow receivers of five users do not delay another user\'s webhook', asyn
       await sleep(500)
     }
   })()
-  await sleep(2_000)
+  // The slow users hold every lease they may (two each) before the bystander starts.
+  await until(() => slowArrived >= SLOW_USERS * 2, { message: `${SLOW_USERS * 2} deliveries waiting on the slow receivers` })
 
   // The bystander: a message to bob every 300 ms, timed from its send to its arrival.
   const sentAt = new Map<string, number>()

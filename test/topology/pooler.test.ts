@@ -8,9 +8,11 @@ import { queryPrepared } from '../../src/db/rows.js'
 import { basic } from '../helper.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
 import { openStream } from '../support/event-stream.js'
+import { longPollsWaiting } from '../support/metrics.js'
 import { pgbouncerBin, startPgbouncer } from '../support/pgbouncer.js'
 import { makePng } from '../support/png.js'
 import { childDatabaseEnv, runCli, runCliInProcess, startServer } from '../support/processes.js'
+import { until } from '../support/until.js'
 
 /**
  * The deployment of a managed PostgreSQL: three `parley serve` through one PgBouncer in
@@ -249,7 +251,7 @@ t.test('three instances through PgBouncer in transaction mode', { skip }, async 
     const r = receivers[i % receivers.length]!
     const poll = call(i, `/v2/events?after=${lasts.get(r.address)!}&wait=3`, r.authorization)
       .then(async (res) => ({ at: performance.now(), page: await res.json() as { events: FeedEvent[], last: string } }))
-    await new Promise((resolve) => setTimeout(resolve, 150))
+    await until(async () => await longPollsWaiting(`${urls[i % urls.length]}/metrics`) === 1, { intervalMs: 20, message: `long-poll ${i} waiting` })
     const sent = await call(i + 1, '/v2/message', senders[i % 8]!.authorization, json({ recipient: r.address, body: `wake ${i}` }))
     const sentAt = performance.now()
     await expectOk(sent, `wake-up send ${i}`)
@@ -473,6 +475,6 @@ t.test('the migrations\' session lock: through the pooler it is left behind; on 
     await database.close()
     // The lock left behind lives as long as PgBouncer's server connection: end them.
     await admin.query('SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = \'advisory\' AND objid = 4242 AND pid <> pg_backend_pid()')
-    for (let i = 0; i < 250 && await held() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    await until(async () => await held() === 0, { intervalMs: 20, message: 'the advisory lock left behind gone with its connection' })
   }
 })

@@ -1,16 +1,18 @@
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { connectPostgres } from '../../src/db/client.js'
 import { openReplica, type Reads } from '../../src/db/replica.js'
+import { queryRows } from '../../src/db/rows.js'
 import { createEventsRepository } from '../../src/modules/events/events.repository.js'
 import { search } from '../../src/modules/search/search.service.js'
 import { usingPostgres } from '../support/databases.js'
 import { runCliInProcess, startServer, type ServerProcess } from '../support/processes.js'
 import { freezableProxy, replicatedPostgres } from '../support/replicated-postgres.js'
 import { postgresBin } from '../support/throwaway-postgres.js'
+import { until } from '../support/until.js'
 
 const bin = postgresBin()
 const skip = !usingPostgres()
@@ -142,14 +144,12 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
   /** Trials until a read is served by the replica again (the probe's back-off is at most 5 s). */
   async function untilServedByReplica (label: string) {
     const before = (await replicaReads(servers))['replica:caught_up'] ?? 0
-    const deadline = Date.now() + 20_000
-    let now = before
-    while (now === before && Date.now() < deadline) {
+    // A trial at each look (the counter moves only when reads are made), 250 ms apart.
+    await until(async () => {
       await trials(1, `${label} (waiting for the replica)`)
-      now = (await replicaReads(servers))['replica:caught_up'] ?? 0
-      if (now === before) await sleep(250)
-    }
-    t.ok(now > before, `${label}: reads are served by the replica again`)
+      return ((await replicaReads(servers))['replica:caught_up'] ?? 0) > before
+    }, { timeoutMs: 20_000, intervalMs: 250, message: `${label}: reads served by the replica again` })
+    t.pass(`${label}: reads are served by the replica again`)
   }
 
   // (a) A replica that keeps up serves the reads, and each sees the write just made.
@@ -193,11 +193,18 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
     const reads = await openReplica({ primary: primary.db, url: url.toString(), poolSize: 2, maxWaitMs: 3_000 })
     // Found up by its first probe despite the pause? It has to be, to serve: resume for that.
     await cluster.onReplica('SELECT pg_wal_replay_resume()')
-    for (let i = 0; i < 100 && reads.status().state !== 'up'; i++) await sleep(50)
+    await until(() => reads.status().state === 'up', { intervalMs: 50, message: 'the replica found up' })
     await cluster.onReplica('SELECT pg_wal_replay_pause()')
     const word = `isolated${run}`
     const sent = await call(a, 'alice', 'POST', '/v2/message', { recipient: 'bob', body: word })
-    const resumed = sleep(300).then(() => cluster.onReplica('SELECT pg_wal_replay_resume()'))
+    // Replay resumed once the read waits for it: its transaction open on the replica, between
+    // two looks at the replay position (idle in transaction) or in a look after the first.
+    const waiting = async () => (await queryRows<{ n: number }>(replica.db, sql`
+      SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE pid <> pg_backend_pid() AND query LIKE '%pg_last_wal_replay_lsn%'
+        AND (state = 'idle in transaction' OR (state = 'active' AND xact_start < query_start))`))[0]!.n > 0
+    const resumed = until(waiting, { intervalMs: 20, message: 'the read waiting for replay' })
+      .then(() => cluster.onReplica('SELECT pg_wal_replay_resume()'))
     const found = await search(reads, { viewer: 'alice', query: word, limit: 10 })
     await resumed
     t.ok(found.results.some((r) => r.type === 'message' && r.message.id === sent.body.id),
@@ -255,14 +262,11 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
     t.equal((await call(a, 'alice', 'POST', '/v2/message', { recipient: 'bob', body: word })).status, 200)
     await cluster.onPrimary('SELECT pg_switch_wal()')
     // No writes now: wait for both instances' probes to find the replica up.
-    const deadline = Date.now() + 15_000
-    let up = false
-    while (!up && Date.now() < deadline) {
-      await sleep(250)
+    await until(async () => {
       const texts = await Promise.all(servers.map(async (s) => (await fetch(`${s.url}/metrics`)).text()))
-      up = texts.every((text) => /^parley_replica_up 1$/m.test(text))
-    }
-    t.ok(up, `${label}: the replica is up on both instances`)
+      return texts.every((text) => /^parley_replica_up 1$/m.test(text))
+    }, { timeoutMs: 15_000, intervalMs: 50, message: `${label}: the replica up on both instances` })
+    t.pass(`${label}: the replica is up on both instances`)
     const before = (await replicaReads(servers))['replica:caught_up'] ?? 0
     for (let i = 0; i < 10; i++) {
       const found = await call(servers[i % 2]!, 'alice', 'POST', '/v2/search', { query: word, types: ['messages'] })
