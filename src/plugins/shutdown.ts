@@ -25,15 +25,32 @@ function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
     res.once('close', () => {
       const left = (inFlight.get(socket) ?? 1) - 1
       if (inFlight.has(socket)) inFlight.set(socket, left)
-      // What it wrote is flushed first: the client reads the answer whole, then the end.
-      if (closing && left === 0) socket.destroySoon()
+      if (closing && left === 0) endOnceQuiet(socket)
     })
   })
   app.addHook('preClose', async () => {
     closing = true
     for (const [socket, requests] of inFlight) if (requests === 0) socket.destroy()
   })
+
+  /**
+   * Ends a connection whose last answer is done, a turn of the loop later: a next request
+   * already in its buffer (a kept-alive client sends it the moment the answer ends) is parsed
+   * and counted by then, and answered with `Connection: close` instead of cut off. What the
+   * answer wrote is flushed before the end (a half-close, not a reset), and a client that
+   * never closes its side is cut after END_GRACE_MS.
+   */
+  function endOnceQuiet (socket: Socket): void {
+    setImmediate(() => {
+      if (socket.destroyed || (inFlight.get(socket) ?? 0) > 0) return
+      socket.end()
+      setTimeout(() => socket.destroy(), END_GRACE_MS).unref()
+    })
+  }
 }
+
+/** How long a half-closed connection may wait for its client to close its side at shutdown. */
+const END_GRACE_MS = 1_000
 
 /**
  * Before connections drain, every answer from here on closes its connection, so no kept-alive

@@ -31,7 +31,7 @@ export interface EventsRoutesOptions {
 export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, reads, metrics, feed }) => {
   const events = createEventsRepository(db)
   let waiting = 0
-  metrics.gauge('parley_long_polls_open', 'GET /v2/events requests waiting for an event', () => [{ value: waiting }])
+  metrics.gauge('parley_long_polls_open', 'GET /v2/events requests holding a waiting place: waiting for an event, or reading the feed between waits', () => [{ value: waiting }])
 
   app.get('/events', {
     config: { admission: 'none' },
@@ -80,38 +80,44 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     if (rows.length === 0 && Date.now() < deadline && !feed.closing && !res.closed) {
       // Each waiting poll holds a socket and a timer: cap them per key, so one key cannot hoard the process.
       const giveBack = feed.hold(keyId)
-      // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
-      if (giveBack === undefined) throw new RateLimited()
-      // The client going away, or the key being revoked, expiring or its user deactivated
-      // (noticed within KEY_WATCH_MS on any instance), ends the wait at once, and with it
-      // the per-key place: the response's close, not the request's, which fires once its
-      // (empty) body is read.
-      const gone = new AbortController()
-      const leave = () => gone.abort()
-      res.once('close', leave)
-      let refused = false
-      const pages = feed.follow(me, {
-        read: async () => {
-          const found = await read()
-          return found.length > 0 ? found : undefined
-        },
-        until: deadline,
-        signal: gone.signal,
-        keyId,
-        refused: () => { refused = true }
-      })
-      waiting++
-      try {
-        // The first page found answers; following ends with it.
-        const first = await pages.next()
-        if (first.done !== true) rows = first.value
-      } finally {
-        await pages.return()
-        waiting--
-        res.off('close', leave)
-        giveBack()
+      if (giveBack === undefined) {
+        // Refused only if the feed is still empty: an event committed since the first read is
+        // answered, as a poll with a place would answer it.
+        rows = await read()
+        // The contract's exact RATE_LIMITED text (API.md §2); the cap itself is in the OpenAPI description.
+        if (rows.length === 0) throw new RateLimited()
+      } else {
+        // The client going away, or the key being revoked, expiring or its user deactivated
+        // (noticed within KEY_WATCH_MS on any instance), ends the wait at once, and with it
+        // the per-key place: the response's close, not the request's, which fires once its
+        // (empty) body is read.
+        const gone = new AbortController()
+        const leave = () => gone.abort()
+        res.once('close', leave)
+        let refused = false
+        const pages = feed.follow(me, {
+          read: async () => {
+            const found = await read()
+            return found.length > 0 ? found : undefined
+          },
+          until: deadline,
+          signal: gone.signal,
+          keyId,
+          refused: () => { refused = true }
+        })
+        waiting++
+        try {
+          // The first page found answers; following ends with it.
+          const first = await pages.next()
+          if (first.done !== true) rows = first.value
+        } finally {
+          await pages.return()
+          waiting--
+          res.off('close', leave)
+          giveBack()
+        }
+        if (rows.length === 0 && refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
       }
-      if (rows.length === 0 && refused) throw new Unauthorized(REFUSED_WHILE_WAITING)
     }
     const list = rows.map(toEvent)
     // Each event as stored, not through the union's serializer: that would test every event

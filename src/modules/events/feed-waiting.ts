@@ -83,8 +83,12 @@ export function createFeedWaiting ({ bus, keyWatch, maxPerKey }: { bus: EventBus
           cancel()
           refused?.()
         })
+      // Woken by the last wait: the feed is read once more even at `until` or shutdown (the
+      // wake-up may be the event that came in its last moment), not after an abort or a refusal.
+      let woken = false
       try {
-        while (!ended()) {
+        while (!ended() || (woken && !keyRefused && signal?.aborted !== true)) {
+          woken = false
           // Subscribe before each read, so an event committed between the read and the wait still wakes us.
           const subscription = bus.subscribe(address)
           current = subscription
@@ -97,7 +101,7 @@ export function createFeedWaiting ({ bus, keyWatch, maxPerKey }: { bus: EventBus
           if (ended()) break
           const left = until === undefined ? FOREVER_MS : until - Date.now()
           const ms = Math.min(safetyMs ?? FOREVER_MS, left)
-          const woken = await subscription.wait(ms)
+          woken = await subscription.wait(ms)
           subscription.cancel()
           // Ran to `until`: nothing came (a wait may end a millisecond early by the clock).
           if (!woken && ms === left) break

@@ -33,7 +33,7 @@ export interface MessagesRoutesOptions {
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
   const sending = createSendService(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
-  metrics.gauge('parley_send_recipients_held', 'Recipients whose rows other work holds (a long transaction) while sends here to them try again one at a time',
+  metrics.gauge('parley_send_recipients_held', 'Recipients whose sends met a lock held by other work (the recipient\'s feed row, the group, or the sender key\'s quota row) and try again one at a time',
     () => [{ value: sending.heldRecipients() }])
   const store = createAttachmentChunksRepository(db)
 
