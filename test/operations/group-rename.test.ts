@@ -12,6 +12,7 @@ import { p99, relativeBound, sendLoop, sendLoops } from '../support/bystander.js
 // it, keep their latency.
 const ENV = { RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' }
 const CEILING_MS = 1_000
+const FLOOR_MS = 500
 
 async function bigGroup (t: Test) {
   const built = await build(t, { env: ENV })
@@ -70,7 +71,10 @@ t.test('renaming a 1,000-member group in a loop leaves sends beside it alone', {
 
   const aloneP99 = p99(alone.map((r) => r.ms))
   const duringP99 = p99(during.map((r) => r.ms))
-  const bound = relativeBound(aloneP99, CEILING_MS)
+  // At least FLOOR_MS: measured alone at 46 ms, the bystander's p99 came to 273 ms beside
+  // another test file's load in CI (a floor of 250 failed it); the member lists this guards
+  // against wrote ~15 MB a rename.
+  const bound = relativeBound(aloneP99, CEILING_MS, 5, FLOOR_MS)
   t.comment(`1:1 outside the group: alone p99 ${aloneP99.toFixed(0)} ms; during ${renames.length} renames p99 ${duringP99.toFixed(0)} ms (${during.length} sends), bound ${bound.toFixed(0)} ms; sends to members p99 ${p99(members.map((r) => r.ms)).toFixed(0)} ms (${members.length})`)
   t.ok(renames.length >= 3 && renames.every((s) => s === 200), `${renames.length} renames, each 200`)
   t.same([...new Set([...during, ...members].map((r) => r.status))], [200], 'every send answered 200')

