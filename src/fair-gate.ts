@@ -27,7 +27,11 @@ export class FairGate {
   // Keys with waiters, in turn order: a key served goes to the back (Map keeps insertion order).
   private readonly queues = new Map<string, Waiter[]>()
 
-  constructor (private readonly options: FairGateOptions) {}
+  private readonly options: FairGateOptions
+
+  constructor (options: FairGateOptions) {
+    this.options = options
+  }
 
   /** Places held now, and requests waiting for one: for /metrics. */
   stats (): { held: number, waiting: number } {

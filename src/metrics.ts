@@ -18,7 +18,13 @@ function labelText (labels: Labels): string {
 
 class Counter {
   private readonly values = new Map<string, { labels: Labels, value: number }>()
-  constructor (readonly name: string, readonly help: string) {}
+  readonly name: string
+  readonly help: string
+
+  constructor (name: string, help: string) {
+    this.name = name
+    this.help = help
+  }
 
   inc (labels: Labels = {}, by = 1): void {
     const key = labelText(labels)
@@ -37,7 +43,13 @@ class Counter {
 
 class Histogram {
   private readonly series = new Map<string, { labels: Labels, counts: number[], sum: number, count: number }>()
-  constructor (readonly name: string, readonly help: string) {}
+  readonly name: string
+  readonly help: string
+
+  constructor (name: string, help: string) {
+    this.name = name
+    this.help = help
+  }
 
   observe (labels: Labels, seconds: number): void {
     const key = labelText(labels)

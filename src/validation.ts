@@ -80,8 +80,13 @@ function unstorable (data: unknown): { path: string, message: string } | undefin
  * text (silently U+FFFD). After a successful validation, each
  * fails it like any other bad value.
  */
+// One pool for the process: an app built again with the same shared schemas and options (a
+// second instance in one process, each test's app) reuses its Ajv, whose cache already holds the
+// validators of the route schemas it compiled before.
+const pool = AjvCompiler()
+
 export const buildValidator: BuildCompilerFromPool = (externalSchemas, options) => {
-  const compile = AjvCompiler()(externalSchemas, options)
+  const compile = pool(externalSchemas, options)
   return (route) => {
     const validate = compile(route)
     function checked (data: unknown): boolean {

@@ -186,7 +186,11 @@ const READ_COMMITTED = { isolationLevel: 'read committed', accessMode: 'read onl
 
 /** Why a read did not run on the replica although it tried (thrown out of its transaction to roll it back). */
 class NotServed extends Error {
-  constructor (readonly outcome: ReadOutcome) { super(outcome) }
+  readonly outcome: ReadOutcome
+  constructor (outcome: ReadOutcome) {
+    super(outcome)
+    this.outcome = outcome
+  }
 }
 
 interface Replay {

@@ -7,7 +7,13 @@
 export class AuthFailures {
   private readonly windows = new Map<string, { count: number, startedAt: number }>()
 
-  constructor (private readonly perSecond: number, private readonly now: () => number = Date.now) {}
+  private readonly perSecond: number
+  private readonly now: () => number
+
+  constructor (perSecond: number, now: () => number = Date.now) {
+    this.perSecond = perSecond
+    this.now = now
+  }
 
   record (network: string): void {
     const at = this.now()

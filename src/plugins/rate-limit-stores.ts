@@ -24,7 +24,11 @@ export function gcra (tat: number | undefined, now: number, period: number, max:
 class GcraBuckets implements FastifyRateLimitStore {
   private readonly tats = new Map<string, number>()
 
-  constructor (private readonly now: () => number) {}
+  private readonly now: () => number
+
+  constructor (now: () => number) {
+    this.now = now
+  }
 
   incr (key: string, cb: StoreCallback, period: number, max: number): void {
     const now = this.now()

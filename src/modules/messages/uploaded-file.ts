@@ -32,18 +32,25 @@ export function uploaded (filename: string | undefined, mimetype: string, upload
  * forged one off as a file: handlers check `instanceof UploadedFile`.
  */
 export class UploadedFile {
-  constructor (
-    readonly filename: string,
-    readonly contentType: string,
-    readonly uploadId: string,
-    readonly size: number,
-    readonly sha256: string,
-    /**
-     * The whole file, when it was small enough to stay in memory (see UploadProgress, uploads.ts): nothing
-     * of it is staged, and the send writes it as the file's one chunk in its own statement.
-     */
-    readonly bytes?: Buffer
-  ) {}
+  readonly filename: string
+  readonly contentType: string
+  readonly uploadId: string
+  readonly size: number
+  readonly sha256: string
+  /**
+   * The whole file, when it was small enough to stay in memory (see UploadProgress, uploads.ts): nothing
+   * of it is staged, and the send writes it as the file's one chunk in its own statement.
+   */
+  readonly bytes?: Buffer
+
+  constructor (filename: string, contentType: string, uploadId: string, size: number, sha256: string, bytes?: Buffer) {
+    this.filename = filename
+    this.contentType = contentType
+    this.uploadId = uploadId
+    this.size = size
+    this.sha256 = sha256
+    this.bytes = bytes
+  }
 
   /** Whether chunks of this file were staged in the store (and need claiming or discarding). */
   get staged (): boolean {
