@@ -44,7 +44,8 @@ const rows: Row[] = [
   { route: 'POST /roster', call: (c, f) => c.post('/v2/roster', { entity: f.group }), expect: [403, 200, 200] },
   { route: 'DELETE /roster/{entity}', call: (c, f) => c.delete(`/v2/roster/${f.group}`), expect: [404, 404, 404] },
   { route: 'POST /search', call: (c) => c.post('/v2/search', { query: 'eagle' }), expect: [200, 200, 200] },
-  { route: 'GET /conversations', call: (c) => c.get('/v2/conversations'), expect: [200, 200, 200] }
+  { route: 'GET /conversations', call: (c) => c.get('/v2/conversations'), expect: [200, 200, 200] },
+  { route: 'GET /conversations/{group}/messages', call: (c, f) => c.get(`/v2/conversations/${f.group}/messages`), expect: [403, 200, 200] }
 ]
 
 t.test('every /v2 route answers each kind of caller as API.md says, and leaks nothing to strangers', async (t) => {

@@ -12,6 +12,7 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'GET /v2/user/{user}': 'read',
   'GET /v2/whoami': 'read',
   'GET /v2/conversations': 'read',
+  'GET /v2/conversations/{peer}/messages': 'read',
   'POST /v2/group': 'send',
   'GET /v2/group/{group}': 'read',
   'POST /v2/group/{group}': 'send',
@@ -76,7 +77,7 @@ t.test('every /v2 route × {read, send, admin, expired key, deactivated user}', 
     Object.keys(methods).map((method) => `${method.toUpperCase()} ${path}`)).filter((r) => r.includes(' /v2/'))
   t.same(routes.filter((r) => NEEDS[r] === undefined), [], 'every route documented in OpenAPI has its scope in this table')
 
-  const values: Record<string, string> = { user: 'bob', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiredKey.keyId, id: `whk_${'0'.repeat(26)}` }
+  const values: Record<string, string> = { user: 'bob', peer: 'bob', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiredKey.keyId, id: `whk_${'0'.repeat(26)}` }
   for (const route of routes.filter((r) => NEEDS[r] !== undefined)) {
     const [method, template] = route.split(' ') as ['GET' | 'POST' | 'DELETE', string]
     const url = template.replace(/\{(\w+)\}/g, (_, name: string) => values[name]!)

@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import type { MessageFields } from '../messages/messages.repository.js'
@@ -12,6 +12,28 @@ export interface ConversationRow {
   unread: number
 }
 
+/** Which way a history page runs from its `from`: `back` newest first, `forward` oldest first. */
+export type HistoryDirection = 'back' | 'forward'
+
+export interface HistoryPage {
+  /** Start after this message id in the page's direction; none starts at the newest (back) or oldest (forward). */
+  from: string | undefined
+  dir: HistoryDirection
+  limit: number
+}
+
+interface MessageColumns {
+  id: string
+  sender: string
+  recipient: string
+  body: string
+  created_at: Date | string
+}
+
+function toFields (r: MessageColumns): MessageFields {
+  return { id: r.id, sender: r.sender, recipient: r.recipient, body: r.body, createdAt: r.created_at instanceof Date ? r.created_at : new Date(r.created_at) }
+}
+
 /** Where a page stopped: the last conversation's newest message. */
 export interface ConversationsAfter { createdAt: string, id: string }
 
@@ -20,14 +42,46 @@ export function toConversation (row: ConversationRow, lastMessage: Message): Con
   return { peer: row.peer, type: row.peer.startsWith('grp_') ? 'group' : 'user', lastMessage, unread: row.unread }
 }
 
-interface Row {
+interface Row extends MessageColumns {
   peer: string
   unread: string | number
-  id: string
-  sender: string
-  recipient: string
-  body: string
-  created_at: Date | string
+}
+
+/**
+ * One page of the conversation between `viewer` and `peer` (a user's address or a group id), of
+ * what the viewer may read: the messages it sent there, and those delivered to it there that it
+ * did not hide. In message-id order (ids are time-ordered and never reused, so a page may start
+ * at a message deleted since). Each half is an index run (messages_conversation_idx,
+ * messages_group_history_idx) cut at `limit`: a page reads what it shows plus the messages of
+ * others it skips (hidden, or in a group from before the viewer's time in it), whatever the
+ * conversation's length.
+ */
+export function historyStatement (viewer: string, peer: string, page: HistoryPage): SQL {
+  const back = page.dir === 'back'
+  const order = back ? sql`DESC` : sql`ASC`
+  const beyond = back ? sql`<` : sql`>`
+  // The position as a row of the index's own columns: only that index can start at it, so the
+  // planner cannot trade it for the primary key filtered row by row (as deep as the page).
+  const past = (columns: SQL, values: SQL) => page.from === undefined ? sql`TRUE` : sql`(${columns}) ${beyond} (${values}, ${page.from})`
+  // Looked up per message (a subquery, not a join the planner could turn into a merge over every
+  // delivery of the viewer's).
+  const delivered = sql`(SELECT d.hidden_at IS NULL FROM deliveries d WHERE d.message_id = m.id AND d.recipient = ${viewer})`
+  const mine = sql`m.sender = ${viewer} AND m.recipient = ${peer} AND ${past(sql`m.sender, m.recipient, m.id`, sql`${viewer}, ${peer}`)}`
+  // Theirs: a group's messages from its other members (the literal LIKE lets the partial index
+  // serve), or the peer's to the viewer; none apart from its own when talking to itself.
+  const theirs = peer.startsWith('grp_')
+    ? sql`m.recipient = ${peer} AND m.recipient LIKE 'grp\\_%' AND m.sender <> ${viewer} AND ${past(sql`m.recipient, m.id`, sql`${peer}`)}`
+    : peer === viewer
+      ? sql`FALSE`
+      : sql`m.sender = ${peer} AND m.recipient = ${viewer} AND ${past(sql`m.sender, m.recipient, m.id`, sql`${peer}, ${viewer}`)}`
+  return sql`
+    SELECT * FROM (
+      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at FROM messages m
+       WHERE ${mine} ORDER BY m.id ${order} LIMIT ${page.limit})
+      UNION ALL
+      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at FROM messages m
+       WHERE ${theirs} AND ${delivered} ORDER BY m.id ${order} LIMIT ${page.limit})
+    ) page ORDER BY id ${order} LIMIT ${page.limit}`
 }
 
 /**
@@ -69,17 +123,13 @@ export function createConversationsRepository (db: Db) {
         WHERE ${after === undefined ? sql`TRUE` : sql`(latest.created_at, latest.id) < (${after.createdAt}::timestamptz, ${after.id})`}
         ORDER BY latest.created_at DESC, latest.id DESC
         LIMIT ${limit}`)
-      return rows.map((r) => ({
-        peer: r.peer,
-        unread: Number(r.unread),
-        last: {
-          id: r.id,
-          sender: r.sender,
-          recipient: r.recipient,
-          body: r.body,
-          createdAt: r.created_at instanceof Date ? r.created_at : new Date(r.created_at)
-        }
-      }))
+      return rows.map((r) => ({ peer: r.peer, unread: Number(r.unread), last: toFields(r) }))
+    },
+
+    /** One page of a conversation's history (historyStatement). */
+    async history (viewer: string, peer: string, page: HistoryPage): Promise<MessageFields[]> {
+      const rows = await queryRows<MessageColumns>(db, historyStatement(viewer, peer, page))
+      return rows.map(toFields)
     }
   }
 }

@@ -8,7 +8,8 @@ import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createConversationsRepository, toConversation, type ConversationsAfter } from './conversations.repository.js'
-import { ConversationList, ListConversationsQuery } from './conversations.schemas.js'
+import { ConversationList, ConversationParams, HistoryPageSchema, HistoryQuery, ListConversationsQuery } from './conversations.schemas.js'
+import { conversationPeer } from './conversations.service.js'
 
 function encodeCursor (after: ConversationsAfter): string {
   return encodeTimeCursor({ at: after.createdAt, id: after.id })
@@ -54,5 +55,33 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = 
         ? encodeCursor({ createdAt: last.last.createdAt.toISOString(), id: last.last.id })
         : null
     }
+  })
+
+  app.get('/conversations/:peer/messages', {
+    schema: {
+      operationId: 'conversationHistory',
+      tags: ['messages'],
+      summary: 'A conversation\'s messages, paged either way',
+      description: 'The messages of the 1:1 conversation with user `peer`, or of group `peer`, that the caller may read ' +
+        '(sent by it, or delivered to it and not hidden by it), in message-id order: `dir=back` newest first before `from` ' +
+        '(or from the newest), `dir=forward` oldest first after `from`. A page holds at most `limit` messages and about ' +
+        '1 MiB (at least one); its cost follows the page, not the conversation\'s length. A group\'s history is for its members.',
+      params: ConversationParams,
+      querystring: HistoryQuery,
+      response: { 200: HistoryPageSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req, reply) => {
+    const viewer = principalOf(req).address
+    const limit = req.query.limit ?? 50
+    const page = { from: req.query.from, dir: req.query.dir ?? 'back', limit: limit + 1 }
+    const { rows, views } = await reads.run(async (db) => {
+      const peer = await conversationPeer(db, viewer, req.params.peer)
+      const rows = await createConversationsRepository(db).history(viewer, peer, page)
+      return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit)) }
+    }, { arrivedAt: arrivalOf(reply) })
+    const fits = pageBudget()
+    const shown = views.findIndex((m) => !fits(m))
+    const messages = shown < 0 ? views : views.slice(0, shown)
+    return { messages, next: rows.length > messages.length ? messages[messages.length - 1]!.id : null }
   })
 }

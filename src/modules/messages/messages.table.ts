@@ -22,6 +22,11 @@ export const messages = pgTable('messages', {
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
   index('messages_recipient_created_idx').on(t.recipient, t.createdAt),
+  // A conversation's history in id order (GET /conversations/{peer}/messages): a 1:1
+  // conversation is two runs of this index, one each way; a group's, the caller's own run and
+  // the group's below. A page reads about its own length of each.
+  index('messages_conversation_idx').on(t.sender, t.recipient, t.id),
+  index('messages_group_history_idx').on(t.recipient, t.id).where(sql`recipient LIKE 'grp\\_%'`),
   // A small pending list (256 kB): new words are appended, then merged into the index sorted, a
   // few hundred messages at a time, cheaper per message than each word into its posting tree at
   // once. Small, since the insert that finds the list full merges it while its batch waits: the

@@ -1,0 +1,2 @@
+CREATE INDEX "messages_conversation_idx" ON "messages" USING btree ("sender","recipient","id");--> statement-breakpoint
+CREATE INDEX "messages_group_history_idx" ON "messages" USING btree ("recipient","id") WHERE recipient LIKE 'grp\_%';
