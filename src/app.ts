@@ -117,7 +117,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
     await v2.register(searchRoutes, { reads: app.reads })
-    await v2.register(conversationsRoutes, { reads: app.reads })
+    await v2.register(conversationsRoutes, { db: database.db, reads: app.reads })
     await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
     await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })

@@ -203,6 +203,26 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v2/conversations/{peer}/read": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mark a conversation read up to a message
+         * @description Every message from others in the conversation with `peer`, up to and including `upTo` in message-id order, becomes read for the caller (forward only, as POST /message/status), in one statement; the conversation's `unread` counts none of them. Each sender affected gets one conversation.read event, not one per message.
+         */
+        post: operations["readConversation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/events": {
         parameters: {
             query?: never;
@@ -734,7 +754,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             /** @description The key that registered it: it delivers only while that key is accepted. Null for a webhook registered before keys were recorded, which delivers while any read key of its user is accepted */
@@ -760,6 +780,29 @@ export type components = {
             conversations: components["schemas"]["Conversation"][];
             /** @description Pass as cursor for the next page; null on the last */
             nextCursor: string | null;
+        };
+        /** ConversationReadEvent */
+        ConversationReadEvent: {
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            createdAt: string;
+            data: {
+                /** @description The conversation as the sender names it: the reader's address for 1:1, the group id for a group */
+                conversation: string;
+                /** @description A user address */
+                reader: string;
+                /** @description Every message of the sender's in it up to and including this one is read */
+                upTo: string;
+            };
+            /** @description An event id: a decimal string, increasing within the feed */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "conversation.read";
         };
         /** CreatedKey */
         CreatedKey: {
@@ -797,7 +840,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             /** @description The signing secret (whsec_…): shown only here */
@@ -822,7 +865,7 @@ export type components = {
          * Event
          * @description One entry of a user's feed; `type` says which, and what `data` holds
          */
-        Event: components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageDeletedEvent"] | components["schemas"]["MessageStatusEvent"] | components["schemas"]["TypingStartedEvent"] | components["schemas"]["TypingStoppedEvent"] | components["schemas"]["GroupCreatedEvent"] | components["schemas"]["GroupUpdatedEvent"] | components["schemas"]["GroupDeletedEvent"] | components["schemas"]["GroupMembersAddedEvent"] | components["schemas"]["GroupMembersRemovedEvent"] | components["schemas"]["WebhookDisabledEvent"];
+        Event: components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageDeletedEvent"] | components["schemas"]["MessageStatusEvent"] | components["schemas"]["ConversationReadEvent"] | components["schemas"]["TypingStartedEvent"] | components["schemas"]["TypingStoppedEvent"] | components["schemas"]["GroupCreatedEvent"] | components["schemas"]["GroupUpdatedEvent"] | components["schemas"]["GroupDeletedEvent"] | components["schemas"]["GroupMembersAddedEvent"] | components["schemas"]["GroupMembersRemovedEvent"] | components["schemas"]["WebhookDisabledEvent"];
         /** Group */
         Group: {
             /**
@@ -1191,7 +1234,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             url: string;
@@ -2560,6 +2603,118 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["HistoryPage"];
                 };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    readConversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The other user's address, or a group id (grp_…) */
+                peer: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description A message of this conversation the caller may read: it and every earlier message from others become read */
+                    upTo: string;
+                };
+            };
+        };
+        responses: {
+            /** @description No content */
+            204: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Every error answer */
             400: {
@@ -5443,7 +5598,7 @@ export interface operations {
             content: {
                 "application/json": {
                     /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-                    events?: ("message.received" | "message.deleted" | "message.status" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+                    events?: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
                     /** @description https:// (http:// too with WEBHOOK_ALLOW_PRIVATE=true); not a private, loopback or link-local address */
                     url: string;
                 };

@@ -45,7 +45,8 @@ const rows: Row[] = [
   { route: 'DELETE /roster/{entity}', call: (c, f) => c.delete(`/v2/roster/${f.group}`), expect: [404, 404, 404] },
   { route: 'POST /search', call: (c) => c.post('/v2/search', { query: 'eagle' }), expect: [200, 200, 200] },
   { route: 'GET /conversations', call: (c) => c.get('/v2/conversations'), expect: [200, 200, 200] },
-  { route: 'GET /conversations/{group}/messages', call: (c, f) => c.get(`/v2/conversations/${f.group}/messages`), expect: [403, 200, 200] }
+  { route: 'GET /conversations/{group}/messages', call: (c, f) => c.get(`/v2/conversations/${f.group}/messages`), expect: [403, 200, 200] },
+  { route: 'POST /conversations/{group}/read', call: (c, f) => c.post(`/v2/conversations/${f.group}/read`, { upTo: f.message }), expect: [403, 204, 204] }
 ]
 
 t.test('every /v2 route answers each kind of caller as API.md says, and leaks nothing to strangers', async (t) => {

@@ -13,6 +13,7 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'GET /v2/whoami': 'read',
   'GET /v2/conversations': 'read',
   'GET /v2/conversations/{peer}/messages': 'read',
+  'POST /v2/conversations/{peer}/read': 'send',
   'POST /v2/group': 'send',
   'GET /v2/group/{group}': 'read',
   'POST /v2/group/{group}': 'send',

@@ -126,6 +126,29 @@ export function createConversationsRepository (db: Db) {
       return rows.map((r) => ({ peer: r.peer, unread: Number(r.unread), last: toFields(r) }))
     },
 
+    /**
+     * Marks read, for `viewer`, every message from others in its conversation with `peer` up to
+     * and including `upTo` (in id order) that is not read yet, in one statement: the viewer's
+     * unread deliveries (deliveries_unread_idx) locked in id order, then moved to read. Answers
+     * each sender that had any.
+     */
+    async markRead (viewer: string, peer: string, upTo: string): Promise<string[]> {
+      const conversation = peer.startsWith('grp_') ? sql`m.recipient = ${peer}` : sql`m.sender = ${peer} AND m.recipient = ${viewer}`
+      const rows = await queryRows<{ sender: string }>(db, sql`
+        WITH target AS (
+          SELECT d.message_id, m.sender FROM deliveries d JOIN messages m ON m.id = d.message_id
+          WHERE d.recipient = ${viewer} AND d.status <> 'read' AND d.message_id <= ${upTo}
+            AND ${conversation} AND m.sender <> ${viewer}
+          ORDER BY d.message_id FOR UPDATE OF d
+        ), updated AS (
+          UPDATE deliveries d SET status = 'read', updated_at = now() FROM target
+          WHERE d.message_id = target.message_id AND d.recipient = ${viewer}
+          RETURNING target.sender
+        )
+        SELECT DISTINCT sender FROM updated ORDER BY sender`)
+      return rows.map((r) => r.sender)
+    },
+
     /** One page of a conversation's history (historyStatement). */
     async history (viewer: string, peer: string, page: HistoryPage): Promise<MessageFields[]> {
       const rows = await queryRows<MessageColumns>(db, historyStatement(viewer, peer, page))

@@ -1,15 +1,16 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { decodeTimeCursor, encodeTimeCursor } from '../../cursors.js'
+import type { Db } from '../../db/client.js'
 import type { Reads } from '../../db/replica.js'
 import { isMessageId } from '../../ids.js'
 import { pageBudget } from '../../page-budget.js'
 import { principalOf } from '../../plugins/auth.js'
 import { arrivalOf } from '../../plugins/read-replica.js'
-import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
+import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createConversationsRepository, toConversation, type ConversationsAfter } from './conversations.repository.js'
-import { ConversationList, ConversationParams, HistoryPageSchema, HistoryQuery, ListConversationsQuery } from './conversations.schemas.js'
-import { conversationPeer } from './conversations.service.js'
+import { ConversationList, ConversationParams, HistoryPageSchema, HistoryQuery, ListConversationsQuery, ReadUpToBody } from './conversations.schemas.js'
+import { conversationPeer, readConversation } from './conversations.service.js'
 
 function encodeCursor (after: ConversationsAfter): string {
   return encodeTimeCursor({ at: after.createdAt, id: after.id })
@@ -21,8 +22,8 @@ function decodeCursor (text: string): ConversationsAfter {
   return { createdAt: at, id }
 }
 
-/** Served by the read replica when there is one and it has caught up (src/db/replica.ts). */
-export const conversationsRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = async (app, { reads }) => {
+/** The reads are served by the read replica when there is one and it has caught up (src/db/replica.ts). */
+export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db, reads: Reads }> = async (app, { db, reads }) => {
   app.get('/conversations', {
     config: { admission: 'heavy' },
     schema: {
@@ -83,5 +84,22 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = 
     const shown = views.findIndex((m) => !fits(m))
     const messages = shown < 0 ? views : views.slice(0, shown)
     return { messages, next: rows.length > messages.length ? messages[messages.length - 1]!.id : null }
+  })
+
+  app.post('/conversations/:peer/read', {
+    schema: {
+      operationId: 'readConversation',
+      tags: ['messages'],
+      summary: 'Mark a conversation read up to a message',
+      description: 'Every message from others in the conversation with `peer`, up to and including `upTo` in message-id order, ' +
+        'becomes read for the caller (forward only, as POST /message/status), in one statement; the conversation\'s `unread` ' +
+        'counts none of them. Each sender affected gets one conversation.read event, not one per message.',
+      params: ConversationParams,
+      body: ReadUpToBody,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req, reply) => {
+    await readConversation(db, principalOf(req).address, req.params.peer, req.body.upTo)
+    return reply.code(204).send()
   })
 }

@@ -35,3 +35,7 @@ export const HistoryPageSchema = Type.Object({
   messages: Type.Array(MessageSchema),
   next: Type.Union([Type.String(), Type.Null()], { description: 'The `from` of the following page in the same direction; null at the end' })
 }, { title: 'HistoryPage' })
+
+export const ReadUpToBody = Type.Object({
+  upTo: Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message of this conversation the caller may read: it and every earlier message from others become read' })
+})

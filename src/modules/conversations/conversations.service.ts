@@ -1,5 +1,10 @@
 import type { Db } from '../../db/client.js'
+import { transaction } from '../../db/transaction.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
+import { createEventsRepository } from '../events/events.repository.js'
+import { readableMessage } from '../messages/message-access.js'
+import { createMessagesRepository } from '../messages/messages.repository.js'
+import { createConversationsRepository } from './conversations.repository.js'
 import { isAddress, isGroupId, normalizeAddress } from '../../ids.js'
 import { memberGroup } from '../groups/groups.service.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
@@ -19,4 +24,27 @@ export async function conversationPeer (db: Db, viewer: string, peer: string): P
   if (!isAddress(address)) throw new ValidationFailed(`peer: ${JSON.stringify(peer)} is neither a user address nor a group id (grp_…)`)
   if (await createUsersRepository(db).find(address) === undefined) throw new NotFound('user', address)
   return address
+}
+
+/**
+ * POST /conversations/{peer}/read: every message from others in the caller's conversation with
+ * `peer` up to and including `upTo` becomes read for the caller (forward only). `upTo` is a
+ * message of that conversation the caller may read (404 unknown, 403 not the caller's to read,
+ * 400 of another conversation). Each sender with messages marked gets one conversation.read,
+ * naming the conversation as it would (the reader, or the group), in the same transaction.
+ */
+export async function readConversation (db: Db, viewer: string, peerParam: string, upTo: string): Promise<void> {
+  const peer = await conversationPeer(db, viewer, peerParam)
+  const { row } = await readableMessage(createMessagesRepository(db), upTo, viewer)
+  const inConversation = peer.startsWith('grp_')
+    ? row.recipient === peer
+    : (row.sender === viewer && row.recipient === peer) || (row.sender === peer && row.recipient === viewer)
+  if (!inConversation) throw new ValidationFailed(`upTo: message ${upTo} is not in the conversation with ${peer}`)
+  await transaction(db, async (tx) => {
+    const senders = await createConversationsRepository(tx).markRead(viewer, peer, upTo)
+    const conversation = peer.startsWith('grp_') ? peer : viewer
+    await createEventsRepository(tx).append(senders.map((sender) => ({
+      address: sender, type: 'conversation.read', data: { reader: viewer, conversation, upTo }
+    })))
+  })
 }

@@ -39,6 +39,12 @@ const Catalogue = [
     recipient: Address,
     status: Type.Unsafe<'delivered' | 'read'>({ type: 'string', enum: ['delivered', 'read'] })
   })),
+  // One per sender whose messages a reader marked read up to a point (POST /conversations/{peer}/read).
+  entry('conversation.read', 'ConversationReadEvent', Type.Object({
+    reader: Address,
+    conversation: Type.String({ description: 'The conversation as the sender names it: the reader\'s address for 1:1, the group id for a group' }),
+    upTo: Type.String({ description: 'Every message of the sender\'s in it up to and including this one is read' })
+  })),
   entry('typing.started', 'TypingStartedEvent', Type.Object({ from: Address, to: TypingTo, expiresAt: Timestamp })),
   entry('typing.stopped', 'TypingStoppedEvent', Type.Object({ from: Address, to: TypingTo })),
   // Without the member list (API.md §13): GroupSummarySchema.

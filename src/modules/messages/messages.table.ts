@@ -81,7 +81,10 @@ export const deliveries = pgTable('deliveries', {
   hiddenAt: timestamptz('hidden_at')
 }, (t) => [
   primaryKey({ columns: [t.messageId, t.recipient] }),
-  index('deliveries_recipient_idx').on(t.recipient, t.messageId)
+  index('deliveries_recipient_idx').on(t.recipient, t.messageId),
+  // A recipient's unread messages, in id order: "read up to here" (POST /conversations/{peer}/read)
+  // touches these and no message already read, however long the conversation.
+  index('deliveries_unread_idx').on(t.recipient, t.messageId).where(sql`status <> 'read'`)
 ])
 
 export type MessageRow = typeof messages.$inferSelect

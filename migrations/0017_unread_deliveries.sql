@@ -1,0 +1,1 @@
+CREATE INDEX "deliveries_unread_idx" ON "deliveries" USING btree ("recipient","message_id") WHERE status <> 'read';
