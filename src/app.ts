@@ -109,7 +109,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db })
     await v2.register(messagesRoutes, {
-      db: database.db, maxBodyChars: config.maxBodyChars, metrics: app.metrics, sendBatches: sendBatches(poolSize)
+      db: database.db, maxBodyChars: config.maxBodyChars, editWindowSeconds: config.messageEditWindowSeconds, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
     await v2.register(eventsRoutes, { db: database.db, reads: app.reads, metrics: app.metrics, feed })
     await v2.register(eventStreamRoutes, { db: database.db, feed, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000 })

@@ -51,6 +51,7 @@ const ConfigSchema = Type.Object({
   DAILY_MESSAGE_QUOTA: Int(0, 1_000_000_000, 100, 'an integer from 0 to 1000000000'),
   RATE_LIMIT_PER_SECOND: Int(1, 1_000_000, 20, 'an integer from 1 to 1000000'),
   MAX_BODY_CHARS: Int(1, 1_000_000, 10_000, 'an integer from 1 to 1000000'),
+  MESSAGE_EDIT_WINDOW_SECONDS: Int(0, 315_360_000, 86_400, 'an integer number of seconds from 0 to 315360000'),
   MAX_ATTACHMENTS: Int(0, 100, 10, 'an integer from 0 to 100'),
   MAX_ATTACHMENT_BYTES: Int(1, 1024 * 1024 * 1024, 25 * 1024 * 1024, 'an integer number of bytes from 1 to 1073741824'),
   MAX_LONG_POLLS_PER_KEY: Int(1, 10_000, 10, 'an integer from 1 to 10000'),
@@ -104,6 +105,8 @@ export interface Config {
   dailyMessageQuota: number
   rateLimitPerSecond: number
   maxBodyChars: number
+  /** Seconds after sending during which the sender may edit a message's body (PATCH /message/{id}); 0 never. */
+  messageEditWindowSeconds: number
   maxAttachments: number
   maxAttachmentBytes: number
   maxLongPollsPerKey: number
@@ -210,6 +213,7 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     dailyMessageQuota: e.DAILY_MESSAGE_QUOTA,
     rateLimitPerSecond: e.RATE_LIMIT_PER_SECOND,
     maxBodyChars: e.MAX_BODY_CHARS,
+    messageEditWindowSeconds: e.MESSAGE_EDIT_WINDOW_SECONDS,
     maxAttachments: e.MAX_ATTACHMENTS,
     maxAttachmentBytes: e.MAX_ATTACHMENT_BYTES,
     maxLongPollsPerKey: e.MAX_LONG_POLLS_PER_KEY,

@@ -416,7 +416,11 @@ export type paths = {
         delete: operations["deleteMessage"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Edit a message
+         * @description Replaces the body (same limits as a send; counts no quota) and sets `editedAt`. Only its sender (403 for others, 404 when deleted or unknown), and only within MESSAGE_EDIT_WINDOW_SECONDS of sending (default 24 h; 403 after it). Every recipient that has not hidden it gets message.edited with the message as it now is; search finds the new text and no longer the old. With Idempotency-Key (kept 24 h per API key), a repeat answers the message as it is (Idempotent-Replayed: true) and changes nothing; the same key with another body is 422 IDEMPOTENCY_MISMATCH.
+         */
+        patch: operations["editMessage"];
         trace?: never;
     };
     "/v2/message/{message}/attachment/{n}": {
@@ -754,7 +758,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             /** @description The key that registered it: it delivers only while that key is accepted. Null for a webhook registered before keys were recorded, which delivers while any read key of its user is accepted */
@@ -840,7 +844,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             /** @description The signing secret (whsec_…): shown only here */
@@ -865,7 +869,7 @@ export type components = {
          * Event
          * @description One entry of a user's feed; `type` says which, and what `data` holds
          */
-        Event: components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageDeletedEvent"] | components["schemas"]["MessageStatusEvent"] | components["schemas"]["ConversationReadEvent"] | components["schemas"]["TypingStartedEvent"] | components["schemas"]["TypingStoppedEvent"] | components["schemas"]["GroupCreatedEvent"] | components["schemas"]["GroupUpdatedEvent"] | components["schemas"]["GroupDeletedEvent"] | components["schemas"]["GroupMembersAddedEvent"] | components["schemas"]["GroupMembersRemovedEvent"] | components["schemas"]["WebhookDisabledEvent"];
+        Event: components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageEditedEvent"] | components["schemas"]["MessageDeletedEvent"] | components["schemas"]["MessageStatusEvent"] | components["schemas"]["ConversationReadEvent"] | components["schemas"]["TypingStartedEvent"] | components["schemas"]["TypingStoppedEvent"] | components["schemas"]["GroupCreatedEvent"] | components["schemas"]["GroupUpdatedEvent"] | components["schemas"]["GroupDeletedEvent"] | components["schemas"]["GroupMembersAddedEvent"] | components["schemas"]["GroupMembersRemovedEvent"] | components["schemas"]["WebhookDisabledEvent"];
         /** Group */
         Group: {
             /**
@@ -1052,10 +1056,14 @@ export type components = {
              * @description ISO 8601 UTC with milliseconds
              */
             createdAt: string;
+            /** @description When the body was last edited; null until then */
+            editedAt: string | (never | null);
             /** @description msg_… */
             id: string;
             /** @description A user address, or a group id (grp_…) */
             recipient: string;
+            /** @description The message of the same conversation this one answers (it may have been deleted since), or null */
+            replyTo: string | null;
             /** @description Address of the sender */
             sender: string;
         };
@@ -1077,6 +1085,24 @@ export type components = {
              * @enum {string}
              */
             type: "message.deleted";
+        };
+        /** MessageEditedEvent */
+        MessageEditedEvent: {
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            createdAt: string;
+            data: {
+                message: components["schemas"]["Message"];
+            };
+            /** @description An event id: a decimal string, increasing within the feed */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message.edited";
         };
         /** MessageReceivedEvent */
         MessageReceivedEvent: {
@@ -1234,7 +1260,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             url: string;
@@ -3800,12 +3826,16 @@ export interface operations {
                     body?: string;
                     /** @description A user address or a group id (grp_…) */
                     recipient: string;
+                    /** @description A message of the same conversation, which the sender may read, that this one answers */
+                    replyTo?: string;
                 };
                 "application/x-www-form-urlencoded": {
                     /** @description Text; may be empty only with an attachment */
                     body?: string;
                     /** @description A user address or a group id (grp_…) */
                     recipient: string;
+                    /** @description A message of the same conversation, which the sender may read, that this one answers */
+                    replyTo?: string;
                 };
                 "multipart/form-data": {
                     /** @description One file part per attachment, each with its own Content-Type */
@@ -3814,6 +3844,8 @@ export interface operations {
                     body?: string;
                     /** @description A user address or a group id (grp_…) */
                     recipient: string;
+                    /** @description A message of the same conversation, which the sender may read, that this one answers */
+                    replyTo?: string;
                 };
             };
         };
@@ -4143,6 +4175,137 @@ export interface operations {
             };
             /** @description Every error answer */
             404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    editMessage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes retries safe: a repeat within 24 h answers the original message */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description A message id (msg_…) */
+                message: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description The new text; may be empty only when the message has an attachment */
+                    body: string;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Message"];
+                };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            422: {
                 headers: {
                     "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
                     "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
@@ -5598,7 +5761,7 @@ export interface operations {
             content: {
                 "application/json": {
                     /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-                    events?: ("message.received" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+                    events?: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
                     /** @description https:// (http:// too with WEBHOOK_ALLOW_PRIVATE=true); not a private, loopback or link-local address */
                     url: string;
                 };

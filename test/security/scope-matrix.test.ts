@@ -22,6 +22,7 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'POST /v2/group/{group}/members/remove': 'send',
   'POST /v2/message': 'send',
   'GET /v2/message/{message}': 'read',
+  'PATCH /v2/message/{message}': 'send',
   'DELETE /v2/message/{message}': 'send',
   'GET /v2/message/{message}/attachment/{n}': 'read',
   'GET /v2/message/{message}/status': 'read',
@@ -80,7 +81,7 @@ t.test('every /v2 route × {read, send, admin, expired key, deactivated user}', 
 
   const values: Record<string, string> = { user: 'bob', peer: 'bob', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiredKey.keyId, id: `whk_${'0'.repeat(26)}` }
   for (const route of routes.filter((r) => NEEDS[r] !== undefined)) {
-    const [method, template] = route.split(' ') as ['GET' | 'POST' | 'DELETE', string]
+    const [method, template] = route.split(' ') as ['GET' | 'POST' | 'PATCH' | 'DELETE', string]
     const url = template.replace(/\{(\w+)\}/g, (_, name: string) => values[name]!)
     for (const kind of KINDS) {
       const res = await app.inject({
@@ -88,11 +89,11 @@ t.test('every /v2 route × {read, send, admin, expired key, deactivated user}', 
         url,
         headers: {
           authorization: credentials[kind],
-          ...(method === 'POST' ? { 'content-type': 'application/json' } : {}),
+          ...(method === 'POST' || method === 'PATCH' ? { 'content-type': 'application/json' } : {}),
           // A bad Last-Event-ID answers 400 where the scope allows it, instead of streaming for ever.
           ...(route === 'GET /v2/events/stream' ? { 'last-event-id': 'not-an-id' } : {})
         },
-        ...(method === 'POST' ? { payload: '{}' } : {})
+        ...(method === 'POST' || method === 'PATCH' ? { payload: '{}' } : {})
       })
       const label = `${route} with a ${kind} key`
       if (kind === 'expired' || kind === 'deactivated') {

@@ -38,11 +38,13 @@ export function createTestBot (db: Db, feed: FeedWaiting, address: string, log: 
       if (claimed === undefined) return false
       const original = (claimed.data as { message: Message }).message
       if (original.sender === address) return true
-      // Still there? A message deleted before the bot got to it gets no answer.
-      if (await createMessagesRepository(tx).find(original.id) === undefined) return true
-      // The reply is written as a send is, counted for no one; a sender deactivated since (or
-      // gone) gets none, and the statement writes nothing for it.
-      const message = newMessage({ sender: address, recipient: original.sender, body: `echo: ${original.body}`, files: [] })
+      // Still there? A message deleted before the bot got to it gets no answer; one edited since
+      // is answered as it now reads.
+      const current = await createMessagesRepository(tx).find(original.id)
+      if (current === undefined) return true
+      // The reply is written as a send is, counted for no one, as a reply to the original; a
+      // sender deactivated since (or gone) gets none, and the statement writes nothing for it.
+      const message = newMessage({ sender: address, recipient: original.sender, body: `echo: ${current.body}`, files: [], replyTo: original.id })
       await writeBatch(tx, [batchSendOf(message, { files: [], toGroup: false, countsAgainst: null })])
       await advanceStatus(tx, original, address, 'read')
       return true

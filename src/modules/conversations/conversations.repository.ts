@@ -13,7 +13,7 @@ export interface ConversationRow {
 }
 
 /** Which way a history page runs from its `from`: `back` newest first, `forward` oldest first. */
-export type HistoryDirection = 'back' | 'forward'
+type HistoryDirection = 'back' | 'forward'
 
 export interface HistoryPage {
   /** Start after this message id in the page's direction; none starts at the newest (back) or oldest (forward). */
@@ -28,10 +28,22 @@ interface MessageColumns {
   recipient: string
   body: string
   created_at: Date | string
+  edited_at: Date | string | null
+  reply_to: string | null
 }
 
+const dateOf = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
+
 function toFields (r: MessageColumns): MessageFields {
-  return { id: r.id, sender: r.sender, recipient: r.recipient, body: r.body, createdAt: r.created_at instanceof Date ? r.created_at : new Date(r.created_at) }
+  return {
+    id: r.id,
+    sender: r.sender,
+    recipient: r.recipient,
+    body: r.body,
+    createdAt: dateOf(r.created_at),
+    editedAt: r.edited_at === null ? null : dateOf(r.edited_at),
+    replyTo: r.reply_to
+  }
 }
 
 /** Where a page stopped: the last conversation's newest message. */
@@ -76,10 +88,10 @@ export function historyStatement (viewer: string, peer: string, page: HistoryPag
       : sql`m.sender = ${peer} AND m.recipient = ${viewer} AND ${past(sql`m.sender, m.recipient, m.id`, sql`${peer}, ${viewer}`)}`
   return sql`
     SELECT * FROM (
-      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at FROM messages m
+      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to FROM messages m
        WHERE ${mine} ORDER BY m.id ${order} LIMIT ${page.limit})
       UNION ALL
-      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at FROM messages m
+      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to FROM messages m
        WHERE ${theirs} AND ${delivered} ORDER BY m.id ${order} LIMIT ${page.limit})
     ) page ORDER BY id ${order} LIMIT ${page.limit}`
 }
@@ -116,7 +128,7 @@ export function createConversationsRepository (db: Db) {
         counts AS (
           SELECT peer, count(*) FILTER (WHERE unread) AS unread FROM current GROUP BY peer
         )
-        SELECT latest.peer, counts.unread, m.id, m.sender, m.recipient, m.body, m.created_at
+        SELECT latest.peer, counts.unread, m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to
         FROM latest
         JOIN counts ON counts.peer = latest.peer
         JOIN messages m ON m.id = latest.id

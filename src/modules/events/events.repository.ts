@@ -216,7 +216,7 @@ export function createEventsRepository (db: Db) {
     async eraseMessage (messageId: string, address?: string): Promise<void> {
       await db.delete(events).where(and(
         eq(events.messageId, messageId),
-        eq(events.type, 'message.received'),
+        inArray(events.type, ['message.received', 'message.edited']),
         address === undefined ? undefined : eq(events.address, address)
       ))
     },

@@ -33,6 +33,8 @@ function entry<T extends string, D extends TSchema> (type: T, title: string, dat
 const Catalogue = [
   // Built by the send's statement in SQL (send-batch.repository.ts), its createdAt filled in there.
   entry('message.received', 'MessageReceivedEvent', Type.Object({ message: MessageSchema })),
+  // The message as it is after the edit, to every recipient that has not hidden it.
+  entry('message.edited', 'MessageEditedEvent', Type.Object({ message: MessageSchema })),
   entry('message.deleted', 'MessageDeletedEvent', Type.Object({ message: MessageId })),
   entry('message.status', 'MessageStatusEvent', Type.Object({
     message: MessageId,

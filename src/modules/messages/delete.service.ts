@@ -12,9 +12,10 @@ import { createMessagesRepository } from './messages.repository.js'
  * to each recipient. A recipient hides it from itself and, in the same transaction, erases its
  * own feed's copy of the body.
  *
- * Rows are locked in one order everywhere, events before the message and its deliveries (as
- * the test bot does: its feed's events, then the delivery it marks read), so a delete never
- * deadlocks a hide, another delete or the bot. A deadlock or serialization failure with other
+ * The message's row is locked first (for update by the sender, shared by a recipient), so a
+ * delete waits for an edit in flight and then erases the copies of the body it wrote; then
+ * events before deliveries (as the test bot does: its feed's events, then the delivery it marks
+ * read), so a delete never deadlocks a hide, another delete, an edit or the bot. A deadlock or serialization failure with other
  * work (a pooler's default isolation, an operator's transaction) is run again (db/transaction.ts),
  * never answered 500.
  */
@@ -23,6 +24,7 @@ export async function deleteMessage (db: Db, id: string, address: string): Promi
   await transaction(db, async (tx) => {
     const messages = createMessagesRepository(tx)
     const events = createEventsRepository(tx)
+    if (await messages.lock(id, role === 'sender' ? 'update' : 'share') === undefined) throw new NotFound('message', id)
     if (role === 'recipient') {
       await events.eraseMessage(id, address)
       await messages.hide(id, address)

@@ -34,6 +34,23 @@ export function createIdempotencyRepository (db: Db) {
     },
 
     /**
+     * Takes the lock of one key, waiting for a holder to finish (call it inside the transaction
+     * that then reads the record and does the work): for an edit, which is one request's work.
+     */
+    async lock (key: HeldKey): Promise<void> {
+      await db.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${key.keyId} ${key.idempotencyKey}`}, ${LOCK_SEED}::bigint))`)
+    },
+
+    /** Records what a key did (under its lock, in the transaction that did it), replacing a record past the window. */
+    async record (key: HeldKey, requestHash: string, messageId: string): Promise<void> {
+      await db.insert(idempotencyKeys).values({ keyId: key.keyId, idempotencyKey: key.idempotencyKey, requestHash, messageId })
+        .onConflictDoUpdate({
+          target: [idempotencyKeys.keyId, idempotencyKeys.idempotencyKey],
+          set: { requestHash, messageId, createdAt: sql`now()` }
+        })
+    },
+
+    /**
      * The live record of a key, read without its lock: for a send that found the lock taken.
      * Another retry's replay holds it as briefly as a send does, so a taken lock alone does not
      * mean a send is in flight; a record committed means the send it names has finished.

@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, sql } from 'drizzle-orm'
+import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import type { Message } from './messages.schemas.js'
@@ -9,7 +9,7 @@ const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 type AttachmentMeta = Message['attachments'][number]
 
 /** What the wire form of a message is made from: a stored row, or any query's equivalent. */
-export type MessageFields = Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'body' | 'createdAt'>
+export type MessageFields = Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'body' | 'createdAt' | 'editedAt' | 'replyTo'>
 
 function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
   return {
@@ -18,7 +18,9 @@ function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
     recipient: row.recipient,
     body: row.body,
     attachments: files,
-    createdAt: row.createdAt.toISOString()
+    createdAt: row.createdAt.toISOString(),
+    editedAt: row.editedAt === null ? null : row.editedAt.toISOString(),
+    replyTo: row.replyTo
   }
 }
 
@@ -35,6 +37,36 @@ export function createMessagesRepository (db: Db) {
     async find (id: string): Promise<MessageRow | undefined> {
       const [row] = await db.select().from(messages).where(eq(messages.id, id))
       return row
+    },
+
+    /**
+     * The message, its row locked until the caller's transaction ends: `update` by an edit and
+     * by its sender's delete, `share` by a recipient's hide, so each waits for an edit in flight
+     * and erases the copies of the body that edit wrote.
+     */
+    async lock (id: string, mode: 'update' | 'share'): Promise<MessageRow | undefined> {
+      const [row] = await db.select().from(messages).where(eq(messages.id, id)).for(mode)
+      return row
+    },
+
+    /**
+     * Replaces the body and sets editedAt, if the message was sent less than `windowSeconds`
+     * ago by the database's clock; undefined past the window (or when it is gone).
+     */
+    async edit (id: string, body: string, windowSeconds: number): Promise<MessageRow | undefined> {
+      // The time of the edit itself, under the row's lock (not its transaction's start): of
+      // racing edits, a later one has a later editedAt.
+      const [row] = await db.update(messages).set({ body, editedAt: sql`clock_timestamp()` })
+        .where(and(eq(messages.id, id), sql`${messages.createdAt} > now() - make_interval(secs => ${windowSeconds})`))
+        .returning()
+      return row
+    },
+
+    /** The recipients that still have the message (not hidden), in address order. */
+    async readers (id: string): Promise<string[]> {
+      const rows = await db.select({ recipient: deliveries.recipient }).from(deliveries)
+        .where(and(eq(deliveries.messageId, id), isNull(deliveries.hiddenAt))).orderBy(asc(deliveries.recipient))
+      return rows.map((r) => r.recipient)
     },
 
     /** The wire form of a stored message, attachments listed without their bytes. */

@@ -12,11 +12,12 @@ import { CHUNK_BYTES, createAttachmentChunksRepository, type AttachmentChunksRep
 import { parseRange } from './byte-range.js'
 import { contentDisposition } from './content-disposition.js'
 import { deleteMessage } from './delete.service.js'
+import { editMessage } from './edit.service.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 import {
-  AttachmentFile, AttachmentParams, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders, SendRefused, SentMessage,
-  sendMessageBody, sendMessageWireBody, TypingBody, TypingParams
+  AttachmentFile, AttachmentParams, EditedMessage, editMessageBody, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders,
+  SendRefused, SentMessage, sendMessageBody, sendMessageWireBody, TypingBody, TypingParams
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.service.js'
 import { createSendService } from './send.service.js'
@@ -25,12 +26,14 @@ import { startTyping, stopTyping } from './typing.service.js'
 export interface MessagesRoutesOptions {
   db: Db
   maxBodyChars: number
+  /** MESSAGE_EDIT_WINDOW_SECONDS. */
+  editWindowSeconds: number
   metrics: Metrics
   /** Send batches in flight at once per lane (see sendBatches in send-lanes.ts). */
   sendBatches: number
 }
 
-export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, metrics, sendBatches }) => {
+export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, editWindowSeconds, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
   const sending = createSendService(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
   metrics.gauge('parley_send_recipients_held', 'Recipients whose sends met a lock held by other work (the recipient\'s feed row, the group, or the sender key\'s quota row) and try again one at a time',
@@ -70,6 +73,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       recipient: req.body.recipient,
       body: req.body.body ?? '',
       files,
+      replyTo: req.body.replyTo,
       idempotencyKey: req.headers['idempotency-key']
     })
     reply.headers(quotaHeaders(result.quota))
@@ -144,6 +148,35 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   }, async (req) => {
     const { row } = await readableMessage(messages, req.params.message, principalOf(req).address)
     return messages.view(row)
+  })
+
+  app.patch('/message/:message', {
+    schema: {
+      operationId: 'editMessage',
+      tags: ['messages'],
+      summary: 'Edit a message',
+      description: 'Replaces the body (same limits as a send; counts no quota) and sets `editedAt`. Only its sender (403 for ' +
+        'others, 404 when deleted or unknown), and only within MESSAGE_EDIT_WINDOW_SECONDS of sending (default 24 h; 403 ' +
+        'after it). Every recipient that has not hidden it gets message.edited with the message as it now is; search finds ' +
+        'the new text and no longer the old. With Idempotency-Key (kept 24 h per API key), a repeat answers the message as it ' +
+        'is (Idempotent-Replayed: true) and changes nothing; the same key with another body is 422 IDEMPOTENCY_MISMATCH.',
+      params: MessageParams,
+      headers: SendMessageHeaders,
+      body: editMessageBody(maxBodyChars),
+      response: { 200: EditedMessage, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, 422) }
+    }
+  }, async (req, reply) => {
+    const principal = principalOf(req)
+    const result = await editMessage(db, {
+      id: req.params.message,
+      editor: principal.address,
+      keyId: principal.keyId,
+      body: req.body.body,
+      windowSeconds: editWindowSeconds,
+      idempotencyKey: req.headers['idempotency-key']
+    })
+    if (result.replayed) reply.header('idempotent-replayed', 'true')
+    return result.message
   })
 
   app.delete('/message/:message', {

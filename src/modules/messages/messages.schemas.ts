@@ -17,7 +17,9 @@ export const MessageSchema = Type.Object({
   recipient: Type.String({ description: 'A user address, or a group id (grp_…)' }),
   body: Type.String(),
   attachments: Type.Array(AttachmentSchema),
-  createdAt: Timestamp
+  createdAt: Timestamp,
+  editedAt: Type.Union([Timestamp, Type.Null()], { description: 'When the body was last edited; null until then' }),
+  replyTo: Type.Union([Type.String(), Type.Null()], { description: 'The message of the same conversation this one answers (it may have been deleted since), or null' })
 }, { title: 'Message' })
 
 export type Message = Static<typeof MessageSchema>
@@ -38,6 +40,7 @@ export function sendMessageBody (maxBodyChars: number) {
   return Type.Object({
     recipient: Type.String({ minLength: 1, maxLength: 100, description: 'A user address or a group id (grp_…)' }),
     body: Type.Optional(Type.String({ maxLength: maxBodyChars, description: 'Text; may be empty only with an attachment' })),
+    replyTo: Type.Optional(Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message of the same conversation, which the sender may read, that this one answers' })),
     attachment: Type.Optional(Type.Array(
       Type.Unsafe<UploadedFile>({ type: 'object', description: 'A file part (multipart/form-data only), with its own Content-Type' }),
       { description: 'Repeat the part for several files' }
@@ -72,6 +75,18 @@ const QuotaHeaders = {
 export const SentMessage = withHeaders(MessageSchema, {
   ...QuotaHeaders,
   'Idempotent-Replayed': Type.String({ title: 'IdempotentReplayed', description: '"true" when this answers an earlier send with the same Idempotency-Key' })
+})
+
+/** An edit's body: the new text, as long as a send's may be. */
+export function editMessageBody (maxBodyChars: number) {
+  return Type.Object({
+    body: Type.String({ maxLength: maxBodyChars, description: 'The new text; may be empty only when the message has an attachment' })
+  })
+}
+
+/** An edit's answer: the message as it now is, with Idempotent-Replayed on a replay. */
+export const EditedMessage = withHeaders(MessageSchema, {
+  'Idempotent-Replayed': Type.String({ title: 'IdempotentReplayed', description: '"true" when this answers an earlier edit with the same Idempotency-Key' })
 })
 
 /** A send's 429: the error, with the quota's headers (QUOTA_EXCEEDED sets them). */

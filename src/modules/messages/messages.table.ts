@@ -13,6 +13,11 @@ export const messages = pgTable('messages', {
   recipient: text('recipient').notNull(),
   body: text('body').notNull(),
   createdAt: timestamptz('created_at').notNull().defaultNow(),
+  // Set by PATCH /message/{id}: when the body was last replaced.
+  editedAt: timestamptz('edited_at'),
+  // The message of the same conversation this one answers (POST /message's replyTo). No key: a
+  // reply keeps naming a message deleted since, as a client shows "deleted".
+  replyTo: text('reply_to'),
   // Words of the body for POST /search: the 'simple' configuration lower-cases and keeps every
   // word as written (no stemming), which suits prefix matching in any language. Its parser keeps
   // e-mail addresses, host and file names, paths and decimals as single tokens, while a query is

@@ -19,6 +19,8 @@ export interface BatchSend {
   toGroup: boolean
   messageId: string
   body: string
+  /** The message of the same conversation it answers, checked before it was queued; null for none. */
+  replyTo: string | null
   /** The message.received event's data, `{"message": …}` (eventDataJson), its createdAt filled in by the statement. */
   eventData: EventDataJson<'message.received'>
   /** Its attachments, numbered from 1 in this order. */
@@ -90,6 +92,7 @@ const SEND_COLUMNS = {
   recipient: (s: BatchSend) => s.recipient,
   id: (s: BatchSend) => s.messageId,
   body: (s: BatchSend) => s.body,
+  replyTo: (s: BatchSend) => s.replyTo,
   data: (s: BatchSend) => s.eventData,
   idemKey: (s: BatchSend) => s.idempotencyKey ?? null,
   idemHash: (s: BatchSend) => s.requestHash ?? null,
@@ -220,10 +223,10 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
   return sql`
     WITH input AS (
       SELECT * FROM unnest(${p('keyId')}::text[], ${p('lim')}::int[], ${p('sender')}::text[],
-        ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[],
+        ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[], ${p('replyTo')}::text[],
         ${p('data')}::text[], ${p('idemKey')}::text[],
         ${p('idemHash')}::text[], ${p('held')}::boolean[], ${p('toGroup')}::boolean[])
-        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, reply_to, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
       ? sql``
       : sql`
       -- lock_timeout for the rest of this statement's transaction (its own, alone, or the
@@ -314,8 +317,8 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
       SELECT array_agg(sent.id ORDER BY input.ord) AS ids, array_agg(sent.event ORDER BY input.ord) AS events
       FROM input LEFT JOIN sent ON sent.ord = input.ord
     ), written AS (
-      INSERT INTO messages (id, sender, recipient, body, created_at)
-      SELECT sent.id, sent.sender, sent.recipient, sent.body, clock.at FROM sent, clock
+      INSERT INTO messages (id, sender, recipient, body, reply_to, created_at)
+      SELECT sent.id, sent.sender, sent.recipient, sent.body, sent.reply_to, clock.at FROM sent, clock
       RETURNING id
     ), delivered AS (
       INSERT INTO deliveries (message_id, recipient) SELECT (SELECT ids FROM by_ord)[d.ord], d.address FROM delivering d

@@ -31,6 +31,8 @@ interface Delivery {
   recipient: string
   body: string
   files: UploadedFile[]
+  /** A message of the same conversation it answers. */
+  replyTo?: string | undefined
 }
 
 /** A new message's wire form (its id given here; its time is the database's). */
@@ -42,7 +44,9 @@ export function newMessage (d: Delivery): Message {
     body: d.body,
     attachments: d.files.map((f, i) => ({ index: i + 1, filename: f.filename, contentType: f.contentType, size: f.size })),
     // Filled in from the statement that writes it (events: in the statement itself).
-    createdAt: ''
+    createdAt: '',
+    editedAt: null,
+    replyTo: d.replyTo ?? null
   }
 }
 
@@ -67,6 +71,7 @@ export function batchSendOf (message: Message, how: SendOf): BatchSend {
     toGroup: how.toGroup,
     messageId: message.id,
     body: message.body,
+    replyTo: message.replyTo,
     eventData: eventDataJson('message.received', { message }),
     files: how.files,
     idempotencyKey: how.idempotencyKey,
@@ -79,6 +84,8 @@ export interface SendInput {
   recipient: string
   body: string
   files: UploadedFile[]
+  /** A message of the same conversation, which the sender may read, that this one answers. */
+  replyTo?: string | undefined
   idempotencyKey?: string | undefined
 }
 
@@ -94,6 +101,7 @@ function requestHash (input: SendInput): string {
   return createHash('sha256').update(JSON.stringify({
     recipient: normalizeAddress(input.recipient),
     body: input.body,
+    replyTo: input.replyTo ?? null,
     files: input.files.map((f) => [f.filename, f.contentType, f.sha256])
   })).digest('hex')
 }
@@ -115,6 +123,23 @@ async function replay (db: Db, principal: Principal, messageId: string): Promise
   if (row === undefined) throw new IdempotentMessageDeleted(messageId)
   const { used, resetAt } = await createQuotaRepository(db).today(principal.keyId)
   return { message: await messages.view(row), quota: quotaStateOf(principal, resetAt)(used), replayed: true }
+}
+
+/**
+ * A reply's `replyTo`: a message of the conversation the send goes to (the group, or the two
+ * users) that the sender may read (sent it, or has it and did not hide it); anything else, a
+ * message that does not exist included, is a 400 naming the field.
+ */
+async function checkReply (db: Db, sender: string, recipient: string, replyTo: string): Promise<void> {
+  const messages = createMessagesRepository(db)
+  const row = await messages.find(replyTo)
+  const delivery = row === undefined || row.sender === sender ? undefined : await messages.delivery(replyTo, sender)
+  const readable = row !== undefined && (row.sender === sender || (delivery !== undefined && delivery.hiddenAt === null))
+  if (!readable) throw new ValidationFailed(`replyTo: no message ${replyTo} that the sender may read`)
+  const sameConversation = isGroupId(recipient)
+    ? row.recipient === recipient
+    : (row.sender === sender && row.recipient === recipient) || (row.sender === recipient && row.recipient === sender)
+  if (!sameConversation) throw new ValidationFailed(`replyTo: message ${replyTo} is not in the conversation with ${recipient}`)
 }
 
 /** A send waiting for its batch, and its request's answer. */
@@ -219,7 +244,8 @@ export function createSendService (db: Db, options: SendServiceOptions) {
       const toGroup = isGroupId(input.recipient)
       const recipient = toGroup ? input.recipient : userAddress(input.recipient)
       const { principal, files, idempotencyKey } = input
-      const message = newMessage({ sender: principal.address, recipient, body: input.body, files })
+      if (input.replyTo !== undefined) await checkReply(db, principal.address, recipient, input.replyTo)
+      const message = newMessage({ sender: principal.address, recipient, body: input.body, files, replyTo: input.replyTo })
       const send = batchSendOf(message, {
         files,
         toGroup,

@@ -41,7 +41,7 @@ t.test('the test bot answers each message once with echo: <body> and marks it re
   const took = Date.now() - started
   t.ok(took < 2_000, `answered within 2 s (${took} ms)`)
   t.match(events, [
-    { type: 'message.received', data: { message: { sender: 'testbot', recipient: 'alice', body: 'echo: ping' } } },
+    { type: 'message.received', data: { message: { sender: 'testbot', recipient: 'alice', body: 'echo: ping', replyTo: sent.json().id } } },
     { type: 'message.status', data: { message: sent.json().id, recipient: 'testbot', status: 'read' } }
   ])
   await botsDone(db)
