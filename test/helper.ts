@@ -31,6 +31,7 @@ export interface Caller {
   delete(url: string, options?: RequestOptions): Promise<LightMyRequestResponse>
   post(url: string, body?: Body | FormData, options?: RequestOptions): Promise<LightMyRequestResponse>
   patch(url: string, body?: Body, options?: RequestOptions): Promise<LightMyRequestResponse>
+  put(url: string, options?: RequestOptions): Promise<LightMyRequestResponse>
 }
 
 export function basic (keyId: string, secret: string): string {
@@ -123,7 +124,7 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
 
   function callerFor (address: string, key: { keyId: string, secret: string }): Caller {
     const authorization = basic(key.keyId, key.secret)
-    const send = (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, body: Body | FormData | undefined, options: RequestOptions = {}) => {
+    const send = (method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', url: string, body: Body | FormData | undefined, options: RequestOptions = {}) => {
       const encoded = body === undefined ? undefined : encodeBody(body, options.format ?? 'json')
       return app.inject({
         method,
@@ -139,7 +140,8 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
       get: (url, options) => send('GET', url, undefined, options),
       delete: (url, options) => send('DELETE', url, undefined, options),
       post: (url, body, options) => send('POST', url, body ?? {}, options),
-      patch: (url, body, options) => send('PATCH', url, body ?? {}, options)
+      patch: (url, body, options) => send('PATCH', url, body ?? {}, options),
+      put: (url, options) => send('PUT', url, undefined, options)
     }
   }
 

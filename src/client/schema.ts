@@ -443,6 +443,30 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v2/message/{message}/reactions/{emoji}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * React to a message
+         * @description Adds the caller's reaction with `emoji` (1–32 characters, no whitespace or control characters); at most 20 different emoji per message (409 CONFLICT for a 21st). Idempotent, for whoever may read the message; a change sends message.reaction to the message's sender and recipients, the caller aside. One at a time per key (heavy admission): a change in a large group is an event per member.
+         */
+        put: operations["addReaction"];
+        post?: never;
+        /**
+         * Take a reaction back
+         * @description Removes the caller's reaction with `emoji`. Idempotent, for whoever may read the message; a change sends message.reaction to the message's sender and recipients, the caller aside. One at a time per key (heavy admission): a change in a large group is an event per member.
+         */
+        delete: operations["removeReaction"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/message/{message}/status": {
         parameters: {
             query?: never;
@@ -758,7 +782,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.edited" | "message.reaction" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             /** @description The key that registered it: it delivers only while that key is accepted. Null for a webhook registered before keys were recorded, which delivers while any read key of its user is accepted */
@@ -844,7 +868,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.edited" | "message.reaction" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             /** @description The signing secret (whsec_…): shown only here */
@@ -869,7 +893,7 @@ export type components = {
          * Event
          * @description One entry of a user's feed; `type` says which, and what `data` holds
          */
-        Event: components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageEditedEvent"] | components["schemas"]["MessageDeletedEvent"] | components["schemas"]["MessageStatusEvent"] | components["schemas"]["ConversationReadEvent"] | components["schemas"]["TypingStartedEvent"] | components["schemas"]["TypingStoppedEvent"] | components["schemas"]["GroupCreatedEvent"] | components["schemas"]["GroupUpdatedEvent"] | components["schemas"]["GroupDeletedEvent"] | components["schemas"]["GroupMembersAddedEvent"] | components["schemas"]["GroupMembersRemovedEvent"] | components["schemas"]["WebhookDisabledEvent"];
+        Event: components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageEditedEvent"] | components["schemas"]["MessageReactionEvent"] | components["schemas"]["MessageDeletedEvent"] | components["schemas"]["MessageStatusEvent"] | components["schemas"]["ConversationReadEvent"] | components["schemas"]["TypingStartedEvent"] | components["schemas"]["TypingStoppedEvent"] | components["schemas"]["GroupCreatedEvent"] | components["schemas"]["GroupUpdatedEvent"] | components["schemas"]["GroupDeletedEvent"] | components["schemas"]["GroupMembersAddedEvent"] | components["schemas"]["GroupMembersRemovedEvent"] | components["schemas"]["WebhookDisabledEvent"];
         /** Group */
         Group: {
             /**
@@ -1060,6 +1084,8 @@ export type components = {
             editedAt: string | (never | null);
             /** @description msg_… */
             id: string;
+            /** @description Each emoji reacted with, most used first (then first used first); [] when none */
+            reactions: components["schemas"]["Reaction"][];
             /** @description A user address, or a group id (grp_…) */
             recipient: string;
             /** @description The message of the same conversation this one answers (it may have been deleted since), or null */
@@ -1103,6 +1129,30 @@ export type components = {
              * @enum {string}
              */
             type: "message.edited";
+        };
+        /** MessageReactionEvent */
+        MessageReactionEvent: {
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            createdAt: string;
+            data: {
+                /** @description true when added, false when taken back */
+                added: boolean;
+                emoji: string;
+                /** @description A user address */
+                from: string;
+                /** @description The message id */
+                message: string;
+            };
+            /** @description An event id: a decimal string, increasing within the feed */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message.reaction";
         };
         /** MessageReceivedEvent */
         MessageReceivedEvent: {
@@ -1167,6 +1217,14 @@ export type components = {
             };
             /** @description null while the map was never written */
             updatedAt: string | (never | null);
+        };
+        /** Reaction */
+        Reaction: {
+            /** @description How many users reacted with it */
+            count: number;
+            emoji: string;
+            /** @description Whether the reader is one of them */
+            mine: boolean;
         };
         /** RosterEntry */
         RosterEntry: {
@@ -1260,7 +1318,7 @@ export type components = {
             /** @description Set when deliveries kept failing for 24 h, or when the key that registered it was revoked; null while active */
             disabledAt: string | (never | null);
             /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-            events: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+            events: ("message.received" | "message.edited" | "message.reaction" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
             /** @description A webhook id (whk_…) */
             id: string;
             url: string;
@@ -4498,6 +4556,233 @@ export interface operations {
             };
         };
     };
+    addReaction: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1–32 characters, no whitespace or control characters (URL-encoded) */
+                emoji: string;
+                /** @description A message id (msg_…) */
+                message: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No content */
+            204: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            409: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    removeReaction: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1–32 characters, no whitespace or control characters (URL-encoded) */
+                emoji: string;
+                /** @description A message id (msg_…) */
+                message: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No content */
+            204: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getMessageStatus: {
         parameters: {
             query?: never;
@@ -5761,7 +6046,7 @@ export interface operations {
             content: {
                 "application/json": {
                     /** @description Event types to deliver; omitted or null for every type but typing.* (list typing.started and typing.stopped to get them) */
-                    events?: ("message.received" | "message.edited" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
+                    events?: ("message.received" | "message.edited" | "message.reaction" | "message.deleted" | "message.status" | "conversation.read" | "typing.started" | "typing.stopped" | "group.created" | "group.updated" | "group.deleted" | "group.members_added" | "group.members_removed" | "webhook.disabled")[] | null;
                     /** @description https:// (http:// too with WEBHOOK_ALLOW_PRIVATE=true); not a private, loopback or link-local address */
                     url: string;
                 };

@@ -31,6 +31,8 @@ const rows: Row[] = [
   { route: 'POST /message', call: (c, f) => c.post('/v2/message', { recipient: f.group, body: 'hi' }), expect: [403, 200, 200] },
   { route: 'GET /message/{message}', call: (c, f) => c.get(`/v2/message/${f.message}`), expect: [403, 200, 200] },
   { route: 'PATCH /message/{message}', call: (c, f) => c.patch(`/v2/message/${f.message}`, { body: 'edited' }), expect: [403, 403, 200] },
+  { route: 'PUT /message/{message}/reactions/{emoji}', call: (c, f) => c.put(`/v2/message/${f.message}/reactions/%F0%9F%91%8D`), expect: [403, 204, 204] },
+  { route: 'DELETE /message/{message}/reactions/{emoji}', call: (c, f) => c.delete(`/v2/message/${f.message}/reactions/%F0%9F%91%8D`), expect: [403, 204, 204] },
   { route: 'DELETE /message/{message}', call: (c, f) => c.delete(`/v2/message/${f.message}`), expect: [403, 204, 204] },
   { route: 'GET /message/{message}/attachment/1', call: (c, f) => c.get(`/v2/message/${f.message}/attachment/1`), expect: [403, 200, 200] },
   { route: 'GET /message/{message}/status', call: (c, f) => c.get(`/v2/message/${f.message}/status`), expect: [403, 200, 200] },
@@ -88,6 +90,7 @@ t.test('every /v2 route answers each kind of caller as API.md says, and leaks no
         ...caller,
         get: (url) => app.inject({ method: 'GET', url, headers: role === 'none' ? {} : { authorization: caller.authorization } }),
         delete: (url) => app.inject({ method: 'DELETE', url, headers: role === 'none' ? {} : { authorization: caller.authorization } }),
+        put: (url) => app.inject({ method: 'PUT', url, headers: role === 'none' ? {} : { authorization: caller.authorization } }),
         patch: (url, body) => app.inject({ method: 'PATCH', url, headers: { 'content-type': 'application/json', ...(role === 'none' ? {} : { authorization: caller.authorization }) }, payload: JSON.stringify(body ?? {}) }),
         post: (url, body) => body instanceof FormData
           ? caller.post(url, body)

@@ -23,6 +23,8 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'POST /v2/message': 'send',
   'GET /v2/message/{message}': 'read',
   'PATCH /v2/message/{message}': 'send',
+  'PUT /v2/message/{message}/reactions/{emoji}': 'send',
+  'DELETE /v2/message/{message}/reactions/{emoji}': 'send',
   'DELETE /v2/message/{message}': 'send',
   'GET /v2/message/{message}/attachment/{n}': 'read',
   'GET /v2/message/{message}/status': 'read',
@@ -79,9 +81,9 @@ t.test('every /v2 route × {read, send, admin, expired key, deactivated user}', 
     Object.keys(methods).map((method) => `${method.toUpperCase()} ${path}`)).filter((r) => r.includes(' /v2/'))
   t.same(routes.filter((r) => NEEDS[r] === undefined), [], 'every route documented in OpenAPI has its scope in this table')
 
-  const values: Record<string, string> = { user: 'bob', peer: 'bob', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiredKey.keyId, id: `whk_${'0'.repeat(26)}` }
+  const values: Record<string, string> = { user: 'bob', peer: 'bob', emoji: '%F0%9F%91%8D', group, message, n: '1', recipient: 'bob', entity: 'bob', keyId: expiredKey.keyId, id: `whk_${'0'.repeat(26)}` }
   for (const route of routes.filter((r) => NEEDS[r] !== undefined)) {
-    const [method, template] = route.split(' ') as ['GET' | 'POST' | 'PATCH' | 'DELETE', string]
+    const [method, template] = route.split(' ') as ['GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', string]
     const url = template.replace(/\{(\w+)\}/g, (_, name: string) => values[name]!)
     for (const kind of KINDS) {
       const res = await app.inject({

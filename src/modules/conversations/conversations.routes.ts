@@ -42,7 +42,7 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db, reads: Rea
     const after = req.query.cursor === undefined ? undefined : decodeCursor(req.query.cursor)
     const { rows, views } = await reads.run(async (db) => {
       const rows = await createConversationsRepository(db).list(viewer, after, limit + 1)
-      return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit).map((r) => r.last)) }
+      return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit).map((r) => r.last), viewer) }
     }, { arrivedAt: arrivalOf(reply) })
     // At most MAX_PAGE_BYTES of them: past it the page ends early, with a cursor.
     const fits = pageBudget()
@@ -78,7 +78,7 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db, reads: Rea
     const { rows, views } = await reads.run(async (db) => {
       const peer = await conversationPeer(db, viewer, req.params.peer)
       const rows = await createConversationsRepository(db).history(viewer, peer, page)
-      return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit)) }
+      return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit), viewer) }
     }, { arrivedAt: arrivalOf(reply) })
     const fits = pageBudget()
     const shown = views.findIndex((m) => !fits(m))

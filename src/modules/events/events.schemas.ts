@@ -35,6 +35,13 @@ const Catalogue = [
   entry('message.received', 'MessageReceivedEvent', Type.Object({ message: MessageSchema })),
   // The message as it is after the edit, to every recipient that has not hidden it.
   entry('message.edited', 'MessageEditedEvent', Type.Object({ message: MessageSchema })),
+  // A reaction added or taken back, to the message's sender and recipients, the reactor aside.
+  entry('message.reaction', 'MessageReactionEvent', Type.Object({
+    message: MessageId,
+    emoji: Type.String(),
+    from: Address,
+    added: Type.Boolean({ description: 'true when added, false when taken back' })
+  })),
   entry('message.deleted', 'MessageDeletedEvent', Type.Object({ message: MessageId })),
   entry('message.status', 'MessageStatusEvent', Type.Object({
     message: MessageId,

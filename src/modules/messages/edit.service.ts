@@ -47,7 +47,7 @@ export async function editMessage (db: Db, input: EditInput): Promise<EditResult
         if (earlier.requestHash !== requestHash) throw new IdempotencyMismatch(key.idempotencyKey)
         const row = await messages.find(input.id)
         if (row === undefined) throw new NotFound('message', input.id)
-        return { message: await messages.view(row), replayed: true }
+        return { message: await messages.view(row, input.editor), replayed: true }
       }
     }
     const row = await messages.lock(input.id, 'update')
@@ -64,11 +64,12 @@ export async function editMessage (db: Db, input: EditInput): Promise<EditResult
     if (edited === undefined) {
       throw new Forbidden(`message ${input.id} can no longer be edited: edits are allowed for ${input.windowSeconds} s after sending`)
     }
-    const message = await messages.view(edited)
+    const message = await messages.view(edited, input.editor)
     if (message.body === '' && message.attachments.length === 0) throw new ValidationFailed('body: must not be empty unless the message has an attachment')
-    const recipients = await messages.readers(input.id)
-    await createEventsRepository(tx).append(recipients.map((address) => ({
-      address, type: 'message.edited', data: { message }, messageId: input.id
+    // Each recipient's copy says which reactions are its own.
+    const seen = await messages.viewFor(edited, await messages.readers(input.id))
+    await createEventsRepository(tx).append([...seen].map(([address, copy]) => ({
+      address, type: 'message.edited', data: { message: copy }, messageId: input.id
     })))
     if (key !== undefined) await idempotency.record(key, requestHash, input.id)
     return { message, replayed: false }

@@ -2,7 +2,7 @@ import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import type { Message } from './messages.schemas.js'
-import { attachments, deliveries, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
+import { attachments, deliveries, messageReactions, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
 
 const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 
@@ -11,7 +11,9 @@ type AttachmentMeta = Message['attachments'][number]
 /** What the wire form of a message is made from: a stored row, or any query's equivalent. */
 export type MessageFields = Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'body' | 'createdAt' | 'editedAt' | 'replyTo'>
 
-function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
+type Reaction = Message['reactions'][number]
+
+function toMessage (row: MessageFields, files: AttachmentMeta[], reactions: Reaction[]): Message {
   return {
     id: row.id,
     sender: row.sender,
@@ -20,17 +22,38 @@ function toMessage (row: MessageFields, files: AttachmentMeta[]): Message {
     attachments: files,
     createdAt: row.createdAt.toISOString(),
     editedAt: row.editedAt === null ? null : row.editedAt.toISOString(),
-    replyTo: row.replyTo
+    replyTo: row.replyTo,
+    reactions
   }
 }
 
 export function createMessagesRepository (db: Db) {
-  /** Wire forms of many stored messages, their attachments read in one query. */
-  async function viewMany (rows: MessageFields[]): Promise<Message[]> {
+  /**
+   * Wire forms of many stored messages as `viewer` sees them (its own reactions are `mine`):
+   * their attachments in one query, their reactions counted in another.
+   */
+  async function viewMany (rows: MessageFields[], viewer: string): Promise<Message[]> {
     if (rows.length === 0) return []
+    const ids = rows.map((r) => r.id)
     const files = await db.select({ messageId: attachments.messageId, index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
-      .from(attachments).where(inArray(attachments.messageId, rows.map((r) => r.id))).orderBy(asc(attachments.messageId), asc(attachments.n))
-    return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(({ messageId: _, ...meta }) => meta)))
+      .from(attachments).where(inArray(attachments.messageId, ids)).orderBy(asc(attachments.messageId), asc(attachments.n))
+    const counted = await reactionsOf(ids, [viewer])
+    return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(({ messageId: _, ...meta }) => meta), counted(row.id, viewer)))
+  }
+
+  /**
+   * The reactions of these messages, counted once; `(id, reader)` answers one message's as
+   * `reader` (one of `readers`) sees them: most used first, then first used first.
+   */
+  async function reactionsOf (ids: string[], readers: string[]): Promise<(id: string, reader: string) => Reaction[]> {
+    const rows = await queryRows<{ message_id: string, emoji: string, count: number, first: string, readers: string[] }>(db, sql`
+      SELECT message_id, emoji, count(*)::int AS count, min(created_at)::text AS first,
+        array_agg(address) FILTER (WHERE address = ANY(${sql.param(readers)}::text[])) AS readers
+      FROM ${messageReactions} WHERE message_id = ANY(${sql.param(ids)}::text[])
+      GROUP BY message_id, emoji ORDER BY message_id, count(*) DESC, min(created_at), emoji`)
+    const byMessage = new Map<string, typeof rows>()
+    for (const r of rows) byMessage.set(r.message_id, [...(byMessage.get(r.message_id) ?? []), r])
+    return (id, reader) => (byMessage.get(id) ?? []).map((r) => ({ emoji: r.emoji, count: r.count, mine: (r.readers ?? []).includes(reader) }))
   }
 
   return {
@@ -42,9 +65,9 @@ export function createMessagesRepository (db: Db) {
     /**
      * The message, its row locked until the caller's transaction ends: `update` by an edit and
      * by its sender's delete, `share` by a recipient's hide, so each waits for an edit in flight
-     * and erases the copies of the body that edit wrote.
+     * and erases the copies of the body that edit wrote; `no key update` by a reaction.
      */
-    async lock (id: string, mode: 'update' | 'share'): Promise<MessageRow | undefined> {
+    async lock (id: string, mode: 'update' | 'no key update' | 'share'): Promise<MessageRow | undefined> {
       const [row] = await db.select().from(messages).where(eq(messages.id, id)).for(mode)
       return row
     },
@@ -62,6 +85,29 @@ export function createMessagesRepository (db: Db) {
       return row
     },
 
+    /** How many different emoji the message carries, and whether `emoji` is one of them. */
+    async reactionKinds (id: string, emoji: string): Promise<{ distinct: number, has: boolean }> {
+      const [row] = await queryRows<{ distinct: number, has: boolean }>(db, sql`
+        SELECT count(DISTINCT emoji)::int AS distinct, coalesce(bool_or(emoji = ${emoji}), false) AS has
+        FROM ${messageReactions} WHERE message_id = ${id}`)
+      return row!
+    },
+
+    /** Adds `address`'s reaction; false when it was there already. */
+    async addReaction (id: string, emoji: string, address: string): Promise<boolean> {
+      const added = await db.insert(messageReactions).values({ messageId: id, emoji, address }).onConflictDoNothing()
+        .returning({ emoji: messageReactions.emoji })
+      return added.length > 0
+    },
+
+    /** Removes `address`'s reaction; false when there was none. */
+    async removeReaction (id: string, emoji: string, address: string): Promise<boolean> {
+      const removed = await db.delete(messageReactions)
+        .where(and(eq(messageReactions.messageId, id), eq(messageReactions.emoji, emoji), eq(messageReactions.address, address)))
+        .returning({ emoji: messageReactions.emoji })
+      return removed.length > 0
+    },
+
     /** The recipients that still have the message (not hidden), in address order. */
     async readers (id: string): Promise<string[]> {
       const rows = await db.select({ recipient: deliveries.recipient }).from(deliveries)
@@ -69,13 +115,20 @@ export function createMessagesRepository (db: Db) {
       return rows.map((r) => r.recipient)
     },
 
-    /** The wire form of a stored message, attachments listed without their bytes. */
-    async view (row: MessageFields): Promise<Message> {
-      const [message] = await viewMany([row])
+    /** The wire form of a stored message as `viewer` sees it, attachments listed without their bytes. */
+    async view (row: MessageFields, viewer: string): Promise<Message> {
+      const [message] = await viewMany([row], viewer)
       return message!
     },
 
     viewMany,
+
+    /** One stored message as each of `readers` sees it (its reactions' `mine` is each one's own): for events. */
+    async viewFor (row: MessageFields, readers: string[]): Promise<Map<string, Message>> {
+      const [base] = await viewMany([row], '')
+      const counted = await reactionsOf([row.id], readers)
+      return new Map(readers.map((reader) => [reader, { ...base!, reactions: counted(row.id, reader) }]))
+    },
 
     async attachment (messageId: string, n: number) {
       const [row] = await db.select().from(attachments).where(and(eq(attachments.messageId, messageId), eq(attachments.n, n)))

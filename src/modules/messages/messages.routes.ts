@@ -13,10 +13,11 @@ import { parseRange } from './byte-range.js'
 import { contentDisposition } from './content-disposition.js'
 import { deleteMessage } from './delete.service.js'
 import { editMessage } from './edit.service.js'
+import { react } from './reactions.service.js'
 import { readableMessage } from './message-access.js'
 import { createMessagesRepository } from './messages.repository.js'
 import {
-  AttachmentFile, AttachmentParams, EditedMessage, editMessageBody, MessageParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders,
+  AttachmentFile, AttachmentParams, EditedMessage, editMessageBody, MessageParams, ReactionParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders,
   SendRefused, SentMessage, sendMessageBody, sendMessageWireBody, TypingBody, TypingParams
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.service.js'
@@ -146,8 +147,9 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       response: { 200: MessageSchema, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
   }, async (req) => {
-    const { row } = await readableMessage(messages, req.params.message, principalOf(req).address)
-    return messages.view(row)
+    const viewer = principalOf(req).address
+    const { row } = await readableMessage(messages, req.params.message, viewer)
+    return messages.view(row, viewer)
   })
 
   app.patch('/message/:message', {
@@ -177,6 +179,34 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     })
     if (result.replayed) reply.header('idempotent-replayed', 'true')
     return result.message
+  })
+
+  /** PUT and DELETE /message/{id}/reactions/{emoji}: one description, `added` telling them apart. */
+  const reactionRoute = (added: boolean) => ({
+    config: { admission: 'heavy' as const },
+    schema: {
+      operationId: added ? 'addReaction' : 'removeReaction',
+      tags: ['messages'],
+      summary: added ? 'React to a message' : 'Take a reaction back',
+      description: (added
+        ? 'Adds the caller\'s reaction with `emoji` (1–32 characters, no whitespace or control characters); at most 20 ' +
+          'different emoji per message (409 CONFLICT for a 21st). '
+        : 'Removes the caller\'s reaction with `emoji`. ') +
+        'Idempotent, for whoever may read the message; a change sends message.reaction to the message\'s sender and ' +
+        'recipients, the caller aside. One at a time per key (heavy admission): a change in a large group is an event per member.',
+      params: ReactionParams,
+      response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404, ...(added ? [409] : [])) }
+    }
+  })
+
+  app.put('/message/:message/reactions/:emoji', reactionRoute(true), async (req, reply) => {
+    await react(db, req.params.message, principalOf(req).address, req.params.emoji, true)
+    return reply.code(204).send()
+  })
+
+  app.delete('/message/:message/reactions/:emoji', reactionRoute(false), async (req, reply) => {
+    await react(db, req.params.message, principalOf(req).address, req.params.emoji, false)
+    return reply.code(204).send()
   })
 
   app.delete('/message/:message', {

@@ -11,6 +11,12 @@ const AttachmentSchema = Type.Object({
   size: Type.Integer({ description: 'Bytes' })
 })
 
+const ReactionSchema = Type.Object({
+  emoji: Type.String(),
+  count: Type.Integer({ minimum: 1, description: 'How many users reacted with it' }),
+  mine: Type.Boolean({ description: 'Whether the reader is one of them' })
+}, { title: 'Reaction' })
+
 export const MessageSchema = Type.Object({
   id: Type.String({ description: 'msg_…' }),
   sender: Type.String({ description: 'Address of the sender' }),
@@ -19,10 +25,22 @@ export const MessageSchema = Type.Object({
   attachments: Type.Array(AttachmentSchema),
   createdAt: Timestamp,
   editedAt: Type.Union([Timestamp, Type.Null()], { description: 'When the body was last edited; null until then' }),
-  replyTo: Type.Union([Type.String(), Type.Null()], { description: 'The message of the same conversation this one answers (it may have been deleted since), or null' })
+  replyTo: Type.Union([Type.String(), Type.Null()], { description: 'The message of the same conversation this one answers (it may have been deleted since), or null' }),
+  reactions: Type.Array(ReactionSchema, { description: 'Each emoji reacted with, most used first (then first used first); [] when none' })
 }, { title: 'Message' })
 
 export type Message = Static<typeof MessageSchema>
+
+/**
+ * An emoji as a reaction: 1–32 characters (code points: a flag or a family joined by U+200D is
+ * several), none of them whitespace or a control character.
+ */
+export const REACTION_EMOJI = /^[^\p{White_Space}\p{Cc}]{1,32}$/u
+
+export const ReactionParams = Type.Object({
+  message: Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message id (msg_…)' }),
+  emoji: Type.String({ minLength: 1, maxLength: 64, description: '1–32 characters, no whitespace or control characters (URL-encoded)' })
+})
 
 export const MessageParams = Type.Object({
   message: Type.String({ pattern: MESSAGE_ID_PATTERN, description: 'A message id (msg_…)' })

@@ -92,6 +92,20 @@ export const deliveries = pgTable('deliveries', {
   index('deliveries_unread_idx').on(t.recipient, t.messageId).where(sql`status <> 'read'`)
 ])
 
+/**
+ * Who reacted to a message with which emoji (PUT /message/{id}/reactions/{emoji}): one row per
+ * reactor and emoji, going with the message (and with the reactor's user) by cascade.
+ */
+export const messageReactions = pgTable('message_reactions', {
+  messageId: text('message_id').notNull().references(() => messages.id, { onDelete: 'cascade' }),
+  emoji: text('emoji').notNull(),
+  address: text('address').notNull().references(() => users.address, { onDelete: 'cascade' }),
+  createdAt: timestamptz('created_at').notNull().defaultNow()
+}, (t) => [
+  primaryKey({ columns: [t.messageId, t.emoji, t.address] }),
+  index('message_reactions_address_idx').on(t.address)
+])
+
 export type MessageRow = typeof messages.$inferSelect
 export type AttachmentRow = typeof attachments.$inferSelect
 export type DeliveryStatus = 'sent' | 'delivered' | 'read'

@@ -46,7 +46,8 @@ export function newMessage (d: Delivery): Message {
     // Filled in from the statement that writes it (events: in the statement itself).
     createdAt: '',
     editedAt: null,
-    replyTo: d.replyTo ?? null
+    replyTo: d.replyTo ?? null,
+    reactions: []
   }
 }
 
@@ -122,7 +123,7 @@ async function replay (db: Db, principal: Principal, messageId: string): Promise
   // new send would break the promise that a retry sends nothing new.
   if (row === undefined) throw new IdempotentMessageDeleted(messageId)
   const { used, resetAt } = await createQuotaRepository(db).today(principal.keyId)
-  return { message: await messages.view(row), quota: quotaStateOf(principal, resetAt)(used), replayed: true }
+  return { message: await messages.view(row, principal.address), quota: quotaStateOf(principal, resetAt)(used), replayed: true }
 }
 
 /**

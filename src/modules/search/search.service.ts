@@ -120,7 +120,7 @@ async function fetchType (
       before: after === undefined ? undefined : { createdAt: after[0]!, id: after[1]! },
       limit
     })
-    const views = await createMessagesRepository(db).viewMany(rows)
+    const views = await createMessagesRepository(db).viewMany(rows, input.viewer)
     return {
       results: views.map((message) => ({ type: 'message', message })),
       keys: rows.map((r) => [r.createdAt.toISOString(), r.id])

@@ -26,7 +26,7 @@ async function principal (built: Built, address: string, dailyQuota: number): Pr
 
 function send (p: Principal, recipient: string, n: number, extra: Partial<BatchSend> = {}): BatchSend {
   const messageId = `msg_batch_${p.address}_${n}`
-  const message = { id: messageId, sender: p.address, recipient, body: `#${n}`, attachments: [], createdAt: '', editedAt: null, replyTo: null }
+  const message = { id: messageId, sender: p.address, recipient, body: `#${n}`, attachments: [], createdAt: '', editedAt: null, replyTo: null, reactions: [] }
   return { keyId: p.keyId, limit: p.dailyQuota, sender: p.address, recipient, messageId, body: `#${n}`, replyTo: null, eventData: eventDataJson('message.received', { message }), files: [], toGroup: false, ...extra }
 }
 

@@ -1,0 +1,148 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { sql } from 'drizzle-orm'
+import t from 'tap'
+import { queryRows } from '../../../src/db/rows.js'
+import { bystander, p99, relativeBound } from '../../support/bystander.js'
+import { usingPostgres } from '../../support/databases.js'
+import { build, type Caller } from '../../helper.js'
+
+const THUMBS = encodeURIComponent('👍')
+const HEART = encodeURIComponent('❤️')
+
+interface Event { type: string, data: Record<string, unknown> }
+
+async function feed (caller: Caller, type: string): Promise<Event[]> {
+  return ((await caller.get('/v2/events?limit=1000')).json().events as Event[]).filter((e) => e.type === type)
+}
+
+async function reactions (caller: Caller, id: string): Promise<unknown> {
+  return (await caller.get(`/v2/message/${id}`)).json().reactions
+}
+
+t.test('reactions: added and taken back idempotently, counted most used first, mine per reader, told to the others', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const dave = await as('dave')
+  const group = (await alice.post('/v2/group', { name: 'ops', members: ['bob', 'carol', 'dave'] })).json().id as string
+  const id = (await alice.post('/v2/message', { recipient: group, body: 'ship it?' })).json().id as string
+  t.same(await reactions(alice, id), [])
+  // Dave hid it: he hears of no reaction.
+  t.equal((await dave.delete(`/v2/message/${id}`)).statusCode, 204)
+
+  t.equal((await bob.put(`/v2/message/${id}/reactions/${HEART}`)).statusCode, 204)
+  t.equal((await bob.put(`/v2/message/${id}/reactions/${THUMBS}`)).statusCode, 204)
+  t.equal((await carol.put(`/v2/message/${id}/reactions/${THUMBS}`)).statusCode, 204)
+  t.equal((await carol.put(`/v2/message/${id}/reactions/${THUMBS}`)).statusCode, 204, 'again: no change')
+  t.same(await reactions(carol, id), [{ emoji: '👍', count: 2, mine: true }, { emoji: '❤️', count: 1, mine: false }], 'most used first')
+  t.same(await reactions(alice, id), [{ emoji: '👍', count: 2, mine: false }, { emoji: '❤️', count: 1, mine: false }])
+  t.same((await alice.get(`/v2/conversations/${group}/messages`)).json().messages[0].reactions, await reactions(alice, id), 'the history shows them too')
+
+  t.same((await feed(alice, 'message.reaction')).map((e) => e.data), [
+    { message: id, emoji: '❤️', from: 'bob', added: true },
+    { message: id, emoji: '👍', from: 'bob', added: true },
+    { message: id, emoji: '👍', from: 'carol', added: true }
+  ], 'the sender hears of each change once')
+  t.same((await feed(carol, 'message.reaction')).map((e) => e.data.from), ['bob', 'bob'], 'a recipient hears of the others\' only')
+  t.same(await feed(dave, 'message.reaction'), [], 'not one who hid it')
+
+  t.equal((await bob.delete(`/v2/message/${id}/reactions/${HEART}`)).statusCode, 204)
+  t.equal((await bob.delete(`/v2/message/${id}/reactions/${HEART}`)).statusCode, 204, 'again: no change')
+  t.same(await reactions(bob, id), [{ emoji: '👍', count: 2, mine: true }])
+  t.match((await feed(alice, 'message.reaction')).at(-1), { data: { emoji: '❤️', from: 'bob', added: false } })
+  t.equal((await feed(alice, 'message.reaction')).length, 4)
+
+  // An edit's event carries the reactions as each recipient sees them.
+  t.equal((await alice.patch(`/v2/message/${id}`, { body: 'ship it!' })).statusCode, 200)
+  t.same((await feed(bob, 'message.edited'))[0]!.data, { message: { ...(await bob.get(`/v2/message/${id}`)).json() } })
+  t.same(((await feed(carol, 'message.edited'))[0]!.data.message as { reactions: unknown }).reactions, [{ emoji: '👍', count: 2, mine: true }])
+})
+
+t.test('reactions: emoji checked, 20 different ones at most, only for readers, gone with the message', async (t) => {
+  const { as, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const id = (await alice.post('/v2/message', { recipient: 'bob', body: 'pick one' })).json().id as string
+  for (const [emoji, status] of [['a b', 400], ['%0A', 400], ['x'.repeat(33), 400], ['x'.repeat(32), 204], ['%C2%A0', 400], ['🏳️‍🌈', 204]] as const) {
+    const res = await bob.put(`/v2/message/${id}/reactions/${emoji.startsWith('%') ? emoji : encodeURIComponent(emoji)}`)
+    t.equal(res.statusCode, status, `emoji ${JSON.stringify(emoji)}`)
+    if (status === 400) t.match(res.json().message, /emoji/)
+  }
+  for (let i = 0; i < 18; i++) t.equal((await bob.put(`/v2/message/${id}/reactions/e${i}`)).statusCode, 204)
+  const full = await alice.put(`/v2/message/${id}/reactions/one-more`)
+  t.equal(full.statusCode, 409)
+  t.match(full.json(), { code: 'CONFLICT', message: /already has 20 different reactions/ })
+  t.equal((await alice.put(`/v2/message/${id}/reactions/e0`)).statusCode, 204, 'one of the twenty still goes')
+  t.equal(((await reactions(alice, id)) as unknown[]).length, 20)
+
+  t.equal((await carol.put(`/v2/message/${id}/reactions/${THUMBS}`)).statusCode, 403, 'a stranger')
+  t.equal((await bob.put(`/v2/message/msg_${'0'.repeat(26)}/reactions/${THUMBS}`)).statusCode, 404)
+  t.equal((await bob.delete(`/v2/message/${id}`)).statusCode, 204)
+  t.equal((await bob.put(`/v2/message/${id}/reactions/${THUMBS}`)).statusCode, 404, 'hidden by bob')
+  t.equal((await alice.delete(`/v2/message/${id}`)).statusCode, 204)
+  const left = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM message_reactions`)
+  t.equal(left[0]!.n, 0, 'reactions go with the message')
+})
+
+t.test('50 members react at once, with the same emoji and their own: the counts are exact', async (t) => {
+  const { as } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  const owner = await as('owner')
+  const members: Caller[] = []
+  for (let i = 0; i < 50; i++) members.push(await as(`m${i}`))
+  const group = (await owner.post('/v2/group', { name: 'crowd', members: members.map((m) => m.address) })).json().id as string
+  const id = (await owner.post('/v2/message', { recipient: group, body: 'vote' })).json().id as string
+  const statuses = await Promise.all(members.flatMap((m, i) => [
+    m.put(`/v2/message/${id}/reactions/${THUMBS}`).then((r) => r.statusCode),
+    m.put(`/v2/message/${id}/reactions/${i % 10}`).then((r) => r.statusCode)
+  ]))
+  t.same([...new Set(statuses)], [204])
+  const counted = await reactions(owner, id) as { emoji: string, count: number }[]
+  t.same(counted[0], { emoji: '👍', count: 50, mine: false })
+  t.same(counted.slice(1).map((r) => r.count), Array(10).fill(5), 'ten more, five each')
+  t.equal((await feed(owner, 'message.reaction')).length, 100, 'the sender heard of every one')
+})
+
+t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystander\'s sends alone', { skip: usingPostgres() ? false : 'PostgreSQL only: the embedded database is one connection shared by every request' }, async (t) => {
+  const { app, as, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' } })
+  const mallory = await as('mallory')
+  const carol = await as('carol')
+  await as('bob')
+  await db.execute(sql`INSERT INTO users (address) SELECT 'member' || g FROM generate_series(1, 999) g`)
+  const base = await app.listen({ host: '127.0.0.1', port: 0 })
+  const crowd = await fetch(`${base}/v2/group`, {
+    method: 'POST',
+    headers: { authorization: mallory.authorization, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'everyone', members: Array.from({ length: 999 }, (_, i) => `member${i + 1}`) })
+  }).then(async (r) => r.json() as Promise<{ id: string }>)
+  const id = (await mallory.post('/v2/message', { recipient: crowd.id, body: 'react to me' })).json().id as string
+  for (let i = 0; i < 5; i++) await fetch(`${base}/v2/whoami`, { headers: { authorization: carol.authorization } }).then((r) => r.arrayBuffer())
+  const alone = bystander(base, carol.authorization, 70)
+  await sleep(1_500)
+  const aloneP99 = p99((await alone.stop()).map((r) => r.ms))
+
+  const watch = bystander(base, carol.authorization, 70)
+  const until = performance.now() + 3_000
+  const statuses: number[] = []
+  // Eight at once, each toggling an emoji of its own: every answered request is a change, and
+  // every change 999 events.
+  await Promise.all(Array.from({ length: 8 }, async (_, w) => {
+    for (let added = true; performance.now() < until; added = !added) {
+      const res = await fetch(`${base}/v2/message/${id}/reactions/e${w}`, { method: added ? 'PUT' : 'DELETE', headers: { authorization: mallory.authorization } })
+      statuses.push(res.status)
+      if (res.status !== 204) added = !added
+    }
+  }))
+  const loaded = await watch.stop()
+  const bound = relativeBound(aloneP99, 1_000, 5, 250)
+  const measured = p99(loaded.map((r) => r.ms))
+  const events = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM events WHERE type = 'message.reaction'`)
+  t.comment(`${statuses.filter((s) => s === 204).length} reaction changes (${events[0]!.n} events); bystander p99 ${measured.toFixed(0)} ms over ${loaded.length} sends (alone ${aloneP99.toFixed(0)} ms)`)
+  t.ok(statuses.filter((s) => s === 204).length >= 3, 'the abuser\'s reactions go')
+  t.equal(events[0]!.n, statuses.filter((s) => s === 204).length * 999, 'each change told every other member')
+  t.same([...new Set(statuses)].filter((s) => s !== 204 && s !== 429), [], 'answered 204, or 429 while its one heavy place is taken')
+  t.ok(loaded.length >= 5, `the bystander sent ${loaded.length} messages meanwhile`)
+  t.same([...new Set(loaded.map((r) => r.status))], [200], 'every bystander send answered 200')
+  t.ok(measured < bound, `bystander p99 ${measured.toFixed(0)} ms < ${bound.toFixed(0)} ms`)
+})
