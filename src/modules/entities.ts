@@ -3,7 +3,7 @@ import { NotFound, ValidationFailed } from '../errors.js'
 import { isAddress, isGroupId, isMessageId, normalizeAddress } from '../ids.js'
 import { createGroupsRepository } from './groups/groups.repository.js'
 import { memberGroup } from './groups/groups.service.js'
-import { readableMessage } from './messages/message-access.js'
+import { readableMessage } from './messages/access.service.js'
 import { createMessagesRepository } from './messages/messages.repository.js'
 import { createUsersRepository } from './users/users.repository.js'
 

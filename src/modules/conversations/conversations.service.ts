@@ -1,7 +1,8 @@
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
-import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
+import { NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import { readableMessage } from '../messages/access.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createConversationsRepository } from './conversations.repository.js'
 import { isAddress, isGroupId, normalizeAddress } from '../../ids.js'
@@ -34,14 +35,7 @@ export async function conversationPeer (db: Db, viewer: string, peer: string): P
  */
 export async function readConversation (db: Db, viewer: string, peerParam: string, upTo: string): Promise<void> {
   const peer = await conversationPeer(db, viewer, peerParam)
-  const messages = createMessagesRepository(db)
-  const row = await messages.find(upTo)
-  if (row === undefined) throw new NotFound('message', upTo)
-  if (row.sender !== viewer) {
-    const delivery = await messages.delivery(upTo, viewer)
-    if (delivery === undefined) throw new Forbidden(`message ${upTo} is visible only to its sender and recipients`)
-    if (delivery.hiddenAt !== null) throw new NotFound('message', upTo)
-  }
+  const { row } = await readableMessage(createMessagesRepository(db), upTo, viewer)
   const inConversation = peer.startsWith('grp_')
     ? row.recipient === peer
     : (row.sender === viewer && row.recipient === peer) || (row.sender === peer && row.recipient === viewer)

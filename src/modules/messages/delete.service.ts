@@ -3,7 +3,7 @@ import { transaction } from '../../db/transaction.js'
 import { NotFound } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
-import { readableMessage } from './message-access.js'
+import { readableMessage } from './access.service.js'
 import { createMessagesRepository } from './messages.repository.js'
 
 /**

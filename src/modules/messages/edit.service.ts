@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
+import { readableMessage } from './access.service.js'
 import { createIdempotencyRepository } from './idempotency.repository.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
@@ -50,16 +51,9 @@ export async function editMessage (db: Db, input: EditInput): Promise<EditResult
         return { message: await messages.view(row, input.editor), replayed: true }
       }
     }
-    const row = await messages.lock(input.id, 'update')
-    if (row === undefined) throw new NotFound('message', input.id)
-    if (row.sender !== input.editor) {
-      const delivery = await messages.delivery(input.id, input.editor)
-      if (delivery === undefined || delivery.hiddenAt !== null) {
-        if (delivery === undefined) throw new Forbidden(`message ${input.id} is visible only to its sender and recipients`)
-        throw new NotFound('message', input.id)
-      }
-      throw new Forbidden(`only the sender of message ${input.id} may edit it`)
-    }
+    const { role } = await readableMessage(messages, input.id, input.editor)
+    if (role !== 'sender') throw new Forbidden(`only the sender of message ${input.id} may edit it`)
+    if (await messages.lock(input.id, 'update') === undefined) throw new NotFound('message', input.id)
     const edited = await messages.edit(input.id, input.body, input.windowSeconds)
     if (edited === undefined) {
       throw new Forbidden(`message ${input.id} can no longer be edited: edits are allowed for ${input.windowSeconds} s after sending`)

@@ -14,7 +14,7 @@ import { contentDisposition } from './content-disposition.js'
 import { deleteMessage } from './delete.service.js'
 import { editMessage } from './edit.service.js'
 import { react } from './reactions.service.js'
-import { readableMessage } from './message-access.js'
+import { readableMessage } from './access.service.js'
 import { createMessagesRepository } from './messages.repository.js'
 import {
   AttachmentFile, AttachmentParams, EditedMessage, editMessageBody, MessageParams, ReactionParams, MessageSchema, MessageStatusSchema, ReportStatusBody, SendMessageHeaders,

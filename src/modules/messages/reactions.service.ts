@@ -2,7 +2,7 @@ import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
-import { readableMessage } from './message-access.js'
+import { readableMessage } from './access.service.js'
 import { createMessagesRepository } from './messages.repository.js'
 import { REACTION_EMOJI } from './messages.schemas.js'
 

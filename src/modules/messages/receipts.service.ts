@@ -2,7 +2,7 @@ import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
 import { Forbidden, NotFound } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
-import { readableMessage } from './message-access.js'
+import { readableMessage } from './access.service.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { MessageStatus } from './messages.schemas.js'
 

@@ -6,6 +6,7 @@ import { eventDataJson } from '../events/events.repository.js'
 import type { UploadedFile } from './uploaded-file.js'
 import type { Principal } from '../keys/authenticator.js'
 import { createQuotaRepository, type QuotaState } from '../quota/quota.repository.js'
+import { readableMessage } from './access.service.js'
 import { createIdempotencyRepository } from './idempotency.repository.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
@@ -132,11 +133,10 @@ async function replay (db: Db, principal: Principal, messageId: string): Promise
  * message that does not exist included, is a 400 naming the field.
  */
 async function checkReply (db: Db, sender: string, recipient: string, replyTo: string): Promise<void> {
-  const messages = createMessagesRepository(db)
-  const row = await messages.find(replyTo)
-  const delivery = row === undefined || row.sender === sender ? undefined : await messages.delivery(replyTo, sender)
-  const readable = row !== undefined && (row.sender === sender || (delivery !== undefined && delivery.hiddenAt === null))
-  if (!readable) throw new ValidationFailed(`replyTo: no message ${replyTo} that the sender may read`)
+  const row = await readableMessage(createMessagesRepository(db), replyTo, sender).then(({ row }) => row, (err: unknown) => {
+    if (err instanceof NotFound || err instanceof Forbidden) throw new ValidationFailed(`replyTo: no message ${replyTo} that the sender may read`)
+    throw err
+  })
   const sameConversation = isGroupId(recipient)
     ? row.recipient === recipient
     : (row.sender === sender && row.recipient === recipient) || (row.sender === recipient && row.recipient === sender)
