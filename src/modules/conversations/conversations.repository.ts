@@ -72,9 +72,12 @@ export function historyStatement (viewer: string, peer: string, page: HistoryPag
   const back = page.dir === 'back'
   const order = back ? sql`DESC` : sql`ASC`
   const beyond = back ? sql`<` : sql`>`
-  // The position as a row of the index's own columns: only that index can start at it, so the
-  // planner cannot trade it for the primary key filtered row by row (as deep as the page).
-  const past = (columns: SQL, values: SQL) => page.from === undefined ? sql`TRUE` : sql`(${columns}) ${beyond} (${values}, ${page.from})`
+  // The position twice: as the id bound the index scan starts at (after the equalities on its
+  // leading columns), and as a row of the index's own columns, which only that index can
+  // evaluate, so the planner does not trade it for the primary key filtered row by row.
+  const past = (columns: SQL, values: SQL) => page.from === undefined
+    ? sql`TRUE`
+    : sql`m.id ${beyond} ${page.from} AND (${columns}) ${beyond} (${values}, ${page.from})`
   // Looked up per message (a subquery, not a join the planner could turn into a merge over every
   // delivery of the viewer's).
   const delivered = sql`(SELECT d.hidden_at IS NULL FROM deliveries d WHERE d.message_id = m.id AND d.recipient = ${viewer})`
