@@ -239,7 +239,7 @@ export type paths = {
         post?: never;
         /**
          * Delete events
-         * @description Removes the caller's events: all of them, or those with id up to upTo.
+         * @description Removes the caller's events from this API key's feed: all of them, or those with id up to upTo (the user's other keys keep them); the events themselves go once every active key has acknowledged them.
          */
         delete: operations["deleteEvents"];
         options?: never;
@@ -258,7 +258,7 @@ export type paths = {
         put?: never;
         /**
          * Acknowledge events
-         * @description By ids, or every id up to upTo. Acknowledged events are no longer returned; ids not the caller's are ignored.
+         * @description By ids, or every id up to upTo, for the calling API key only: the user's other keys still receive them. Events acknowledged are no longer returned to this key; ids not the caller's are ignored. An event is purged once every active key of its user has acknowledged it (and its webhooks have sent it), or after 30 days.
          */
         post: operations["acknowledgeEvents"];
         delete?: never;

@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { keyMayRead } from '../keys/keys.repository.js'
 import type { Event, EventData, EventType } from './events.schemas.js'
-import { events, type EventRow } from './events.table.js'
+import { eventAcks, events, keyFeeds, type EventRow } from './events.table.js'
 
 /** The NOTIFY channel: its payload is a comma-separated list of addresses whose feeds grew. */
 export const EVENTS_CHANNEL = 'parley_events'
@@ -40,11 +40,21 @@ export function toEvent (row: EventRow): Event {
 /** What an event costs in an answer besides its data: id, type, times, and the JSON around them. */
 const EVENT_OVERHEAD_BYTES = 128
 
-/** Rows of one feed that a reader may see: not acknowledged, not lapsed. */
-const visible = (address: string) => and(
+/** Whether key `keyId` (an id, or a column naming one) acknowledged the event row in scope: up to its mark, or by id past it. */
+function ackedBy (keyId: string | SQL): SQL {
+  return sql`(${events.seq} <= coalesce((SELECT ${keyFeeds.ackedThrough} FROM ${keyFeeds} WHERE ${keyFeeds.keyId} = ${keyId}), 0)
+    OR EXISTS (SELECT 1 FROM ${eventAcks} WHERE ${eventAcks.keyId} = ${keyId} AND ${eventAcks.seq} = ${events.seq}))`
+}
+
+/**
+ * Rows of one feed that a reader may see: not taken by the service (the bot's queue), not
+ * lapsed, and, for a key, not acknowledged by that key (each key's acknowledgement is its own).
+ */
+const visible = (address: string, keyId?: string) => and(
   eq(events.address, address),
   isNull(events.ackedAt),
-  or(isNull(events.expiresAt), gt(events.expiresAt, sql`now()`))
+  or(isNull(events.expiresAt), gt(events.expiresAt, sql`now()`)),
+  keyId === undefined ? undefined : sql`NOT ${ackedBy(keyId)}`
 )
 
 /**
@@ -163,7 +173,7 @@ export function createEventsRepository (db: Db) {
       const stored = sql`pg_column_size(${events.data}) + ${EVENT_OVERHEAD_BYTES}`
       const candidates = db.select({ ...getTableColumns(events), storedBefore: sql<number>`sum(${stored}) OVER (ORDER BY ${events.seq}) - ${stored}`.as('stored_before') })
         .from(events)
-        .where(and(visible(address), gt(events.seq, after), keyId === undefined ? undefined : keyMayRead(keyId)))
+        .where(and(visible(address, keyId), gt(events.seq, after), keyId === undefined ? undefined : keyMayRead(keyId)))
         .orderBy(asc(events.seq))
         .limit(limit)
         .as('candidates')
@@ -188,25 +198,38 @@ export function createEventsRepository (db: Db) {
         .orderBy(asc(events.seq))
         .limit(1)
         .for('update', { skipLocked: true })
-      if (row !== undefined) await this.acknowledge(address, [row.seq], undefined)
+      if (row !== undefined) await db.update(events).set({ ackedAt: sql`now()` }).where(and(eq(events.address, address), eq(events.seq, row.seq)))
       return row
     },
 
-    /** Marks events of one feed acknowledged: the listed ids and/or every id up to `upTo`. */
-    async acknowledge (address: string, ids: number[], upTo: number | undefined): Promise<void> {
-      const which = []
-      if (ids.length > 0) which.push(inArray(events.seq, ids))
-      if (upTo !== undefined) which.push(lte(events.seq, upTo))
-      if (which.length === 0) return
-      await db.update(events).set({ ackedAt: sql`now()` })
-        .where(and(eq(events.address, address), isNull(events.ackedAt), or(...which)))
+    /**
+     * Acknowledges events of `address`'s feed for key `keyId` only (the user's other keys still
+     * receive them): every id up to `upTo` (the key's mark moves forward, never back), and the
+     * listed ids past the mark that the feed holds (others are ignored). Ids the mark passes
+     * are folded into it. One statement.
+     */
+    async acknowledge (address: string, keyId: string, ids: number[], upTo: number | undefined): Promise<void> {
+      await db.execute(sql`
+        WITH mark AS (
+          INSERT INTO ${keyFeeds} AS f (key_id, acked_through) VALUES (${keyId}, ${upTo ?? 0})
+          ON CONFLICT (key_id) DO UPDATE SET acked_through = greatest(f.acked_through, excluded.acked_through)
+          RETURNING acked_through
+        ), listed AS (
+          INSERT INTO ${eventAcks} (key_id, seq)
+          SELECT ${keyId}, e.seq FROM ${events} e
+          WHERE e.address = ${address} AND e.seq = ANY(${sql.param(ids)}::bigint[]) AND e.seq > (SELECT acked_through FROM mark)
+          ON CONFLICT DO NOTHING
+        )
+        DELETE FROM ${eventAcks} WHERE key_id = ${keyId} AND seq <= (SELECT acked_through FROM mark)`)
     },
 
-    /** Removes a feed's events: all of them, or those up to `upTo`. */
-    async remove (address: string, upTo: number | undefined): Promise<void> {
-      await db.delete(events).where(upTo === undefined
-        ? eq(events.address, address)
-        : and(eq(events.address, address), lte(events.seq, upTo)))
+    /**
+     * DELETE /events: for key `keyId`, every event up to `upTo`, or every event the feed holds
+     * now, is acknowledged (the events themselves go once every key of the user has them; purge).
+     */
+    async remove (address: string, keyId: string, upTo: number | undefined): Promise<void> {
+      const last = upTo ?? Number((await queryRows<{ seq: string | number }>(db, sql`SELECT event_seq AS seq FROM users WHERE address = ${address}`))[0]?.seq ?? 0)
+      await this.acknowledge(address, keyId, [], last)
     },
 
     /**
@@ -221,13 +244,23 @@ export function createEventsRepository (db: Db) {
       ))
     },
 
-    /** Retention: acknowledged events after 7 days, any event after 30, lapsed typing at once. */
+    /**
+     * Retention: an event every active key of its user has acknowledged (while the user has
+     * one; no webhook of the user still to send it), one the service took 7 days ago, any event
+     * after 30 days, lapsed typing at once; then acknowledgements of events no longer there.
+     */
     async purge (): Promise<number> {
+      const activeKey = sql`k.address = ${events.address} AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND 'read' = ANY(k.scopes)`
       const gone = await db.delete(events).where(or(
         lte(events.ackedAt, sql`now() - interval '7 days'`),
         lte(events.createdAt, sql`now() - interval '30 days'`),
-        lte(events.expiresAt, sql`now() - interval '1 minute'`)
+        lte(events.expiresAt, sql`now() - interval '1 minute'`),
+        sql`(EXISTS (SELECT 1 FROM api_keys k WHERE ${activeKey})
+          AND NOT EXISTS (SELECT 1 FROM api_keys k WHERE ${activeKey} AND NOT ${ackedBy(sql`k.id`)})
+          AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.address = ${events.address} AND w.disabled_at IS NULL AND w.delivered_through < ${events.seq}))`
       )).returning({ seq: events.seq })
+      await db.execute(sql`DELETE FROM ${eventAcks} a WHERE NOT EXISTS (
+        SELECT 1 FROM ${events} e JOIN api_keys k ON k.address = e.address WHERE k.id = a.key_id AND e.seq = a.seq)`)
       return gone.length
     }
   }

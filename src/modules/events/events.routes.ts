@@ -131,7 +131,9 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
       operationId: 'acknowledgeEvents',
       tags: ['events'],
       summary: 'Acknowledge events',
-      description: 'By ids, or every id up to upTo. Acknowledged events are no longer returned; ids not the caller\'s are ignored.',
+      description: 'By ids, or every id up to upTo, for the calling API key only: the user\'s other keys still receive them. ' +
+        'Events acknowledged are no longer returned to this key; ids not the caller\'s are ignored. An event is purged once every ' +
+        'active key of its user has acknowledged it (and its webhooks have sent it), or after 30 days.',
       body: AcknowledgeEventsBody,
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
@@ -140,7 +142,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     if ((ids === undefined || ids.length === 0) && upTo === undefined) {
       throw new ValidationFailed('body: give ids (a list of event ids) or upTo (an event id)')
     }
-    await events.acknowledge(principalOf(req).address, (ids ?? []).map(Number), upTo === undefined ? undefined : Number(upTo))
+    const { address, keyId } = principalOf(req)
+    await events.acknowledge(address, keyId, (ids ?? []).map(Number), upTo === undefined ? undefined : Number(upTo))
     return reply.code(204).send()
   })
 
@@ -149,13 +152,15 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
       operationId: 'deleteEvents',
       tags: ['events'],
       summary: 'Delete events',
-      description: 'Removes the caller\'s events: all of them, or those with id up to upTo.',
+      description: 'Removes the caller\'s events from this API key\'s feed: all of them, or those with id up to upTo (the ' +
+        'user\'s other keys keep them); the events themselves go once every active key has acknowledged them.',
       querystring: DeleteEventsQuery,
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
   }, async (req, reply) => {
     const upTo = req.query.upTo
-    await events.remove(principalOf(req).address, upTo === undefined ? undefined : Number(upTo))
+    const { address, keyId } = principalOf(req)
+    await events.remove(address, keyId, upTo === undefined ? undefined : Number(upTo))
     return reply.code(204).send()
   })
 }

@@ -14,8 +14,9 @@ const EVERY_MS = 10 * 60 * 1000
 const RETENTION_LOCK_KEY = 0x70726574
 
 /**
- * Purges what the contract says is kept only for a while: acknowledged events after 7 days,
- * any event after 30, Idempotency-Keys after 24 h, quota counts of past days, upload chunks
+ * Purges what the contract says is kept only for a while: events every active key of their
+ * user has acknowledged (and its webhooks have sent), events the bot took after 7 days, any
+ * event after 30, Idempotency-Keys after 24 h, quota counts of past days, upload chunks
  * no send claimed within STAGED_TTL_MS. Every instance
  * tries on a timer; a transaction-scoped advisory lock keeps sweeps from overlapping, and a
  * row recording the last sweep lets only the first instance of each period do the work.

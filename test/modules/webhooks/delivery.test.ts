@@ -276,7 +276,9 @@ t.test('a redelivery asked for an event the feed then loses is not retried for e
   failing = true
   t.equal((await alice.post(`/v2/webhooks/${hook.id}/redeliver`, { event: receiver.received[0]!.event.id })).statusCode, 204)
   await receiver.until(() => receiver.received.length >= 2)
-  t.equal((await alice.delete('/v2/events')).statusCode, 204, 'alice empties her feed')
+  // The feed loses it (retention: 30 days, or every key acknowledged it; DELETE /v2/events only
+  // acknowledges it for the calling key).
+  await db.execute(sql`DELETE FROM events WHERE address = 'alice'`)
   await db.execute(sql`UPDATE webhooks SET next_attempt_at = now() WHERE id = ${hook.id}`)
   const count = receiver.received.length
   // No claim finds work in it: the webhook is never leased again (before, it was claimed,
