@@ -40,6 +40,16 @@ export function newId (prefix: string, now = Date.now()): string {
   return `${prefix}_${base32(bytes)}`
 }
 
+/**
+ * The least id newId could give at `ms` (its random bits all zero): every id made at or after
+ * that millisecond sorts at or above it.
+ */
+export function idFloor (prefix: string, ms: number): string {
+  const bytes = Buffer.alloc(16)
+  bytes.writeUIntBE(Math.max(0, Math.floor(ms)), 0, 6)
+  return `${prefix}_${base32(bytes)}`
+}
+
 /** A user's address: 1–64 of [a-z0-9.@+-], starting with a letter or digit (API.md §1). */
 export const ADDRESS_PATTERN = '^[a-z0-9][a-z0-9.@+-]{0,63}$'
 export const GROUP_ID_PATTERN = '^grp_[0-9a-z]{26}$'

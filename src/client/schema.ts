@@ -418,7 +418,7 @@ export type paths = {
         head?: never;
         /**
          * Edit a message
-         * @description Replaces the body (same limits as a send; counts no quota) and sets `editedAt`. Only its sender (403 for others, 404 when deleted or unknown), and only within MESSAGE_EDIT_WINDOW_SECONDS of sending (default 24 h; 403 after it). Every recipient that has not hidden it gets message.edited with the message as it now is; search finds the new text and no longer the old. With Idempotency-Key (kept 24 h per API key), a repeat answers the message as it is (Idempotent-Replayed: true) and changes nothing; the same key with another body is 422 IDEMPOTENCY_MISMATCH.
+         * @description Replaces the body (same limits as a send; counts no quota) and sets `editedAt`. Only its sender (403 for others, 404 when deleted or unknown), and only within MESSAGE_EDIT_WINDOW_SECONDS of sending (default 24 h; 403 after it). Every recipient that has not hidden it gets message.edited with the message as it now is; search finds the new text and no longer the old. One at a time per key (heavy admission). With Idempotency-Key (kept 24 h per API key), a repeat answers the message as it is (Idempotent-Replayed: true) and changes nothing; the same key with another body is 422 IDEMPOTENCY_MISMATCH.
          */
         patch: operations["editMessage"];
         trace?: never;

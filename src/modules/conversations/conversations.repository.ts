@@ -20,6 +20,8 @@ export interface HistoryPage {
   from: string | undefined
   dir: HistoryDirection
   limit: number
+  /** In a group: the least id of others' messages that can have reached the viewer (deliveredSince). */
+  since?: string | undefined
 }
 
 interface MessageColumns {
@@ -85,7 +87,8 @@ export function historyStatement (viewer: string, peer: string, page: HistoryPag
   // Theirs: a group's messages from its other members (the literal LIKE lets the partial index
   // serve), or the peer's to the viewer; none apart from its own when talking to itself.
   const theirs = peer.startsWith('grp_')
-    ? sql`m.recipient = ${peer} AND m.recipient LIKE 'grp\\_%' AND m.sender <> ${viewer} AND ${past(sql`m.recipient, m.id`, sql`${peer}`)}`
+    ? sql`m.recipient = ${peer} AND m.recipient LIKE 'grp\\_%' AND m.sender <> ${viewer} AND ${past(sql`m.recipient, m.id`, sql`${peer}`)}
+        AND ${page.since === undefined ? sql`TRUE` : sql`m.id >= ${page.since}`}`
     : peer === viewer
       ? sql`FALSE`
       : sql`m.sender = ${peer} AND m.recipient = ${viewer} AND ${past(sql`m.sender, m.recipient, m.id`, sql`${peer}, ${viewer}`)}`
@@ -152,7 +155,7 @@ export function createConversationsRepository (db: Db) {
       const rows = await queryRows<{ sender: string }>(db, sql`
         WITH target AS (
           SELECT d.message_id, m.sender FROM deliveries d JOIN messages m ON m.id = d.message_id
-          WHERE d.recipient = ${viewer} AND d.status <> 'read' AND d.message_id <= ${upTo}
+          WHERE d.recipient = ${viewer} AND d.status <> 'read' AND d.hidden_at IS NULL AND d.message_id <= ${upTo}
             AND ${conversation} AND m.sender <> ${viewer}
           ORDER BY d.message_id FOR UPDATE OF d
         ), updated AS (

@@ -10,7 +10,7 @@ import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.j
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createConversationsRepository, toConversation, type ConversationsAfter } from './conversations.repository.js'
 import { ConversationList, ConversationParams, HistoryPageSchema, HistoryQuery, ListConversationsQuery, ReadUpToBody } from './conversations.schemas.js'
-import { conversationPeer, readConversation } from './conversations.service.js'
+import { conversationPeer, deliveredSince, readConversation } from './conversations.service.js'
 
 function encodeCursor (after: ConversationsAfter): string {
   return encodeTimeCursor({ at: after.createdAt, id: after.id })
@@ -77,7 +77,8 @@ export const conversationsRoutes: FastifyPluginAsyncTypebox<{ db: Db, reads: Rea
     const page = { from: req.query.from, dir: req.query.dir ?? 'back', limit: limit + 1 }
     const { rows, views } = await reads.run(async (db) => {
       const peer = await conversationPeer(db, viewer, req.params.peer)
-      const rows = await createConversationsRepository(db).history(viewer, peer, page)
+      const since = await deliveredSince(db, viewer, peer)
+      const rows = await createConversationsRepository(db).history(viewer, peer, { ...page, since })
       return { rows, views: await createMessagesRepository(db).viewMany(rows.slice(0, limit), viewer) }
     }, { arrivedAt: arrivalOf(reply) })
     const fits = pageBudget()

@@ -5,10 +5,13 @@ import { createEventsRepository } from '../events/events.repository.js'
 import { readableMessage } from '../messages/access.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createConversationsRepository } from './conversations.repository.js'
-import { isAddress, isGroupId, normalizeAddress } from '../../ids.js'
+import { idFloor, isAddress, isGroupId, normalizeAddress } from '../../ids.js'
 import { memberGroup } from '../groups/groups.service.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
+
+/** Messages sent this long before a member joined are still looked at (instances' clocks differ). */
+const CLOCK_SKEW_MS = 60_000
 
 /**
  * The conversation `peer` names, as the caller may page it: a group it belongs to (unknown 404,
@@ -24,6 +27,19 @@ export async function conversationPeer (db: Db, viewer: string, peer: string): P
   if (!isAddress(address)) throw new ValidationFailed(`peer: ${JSON.stringify(peer)} is neither a user address nor a group id (grp_…)`)
   if (await createUsersRepository(db).find(address) === undefined) throw new NotFound('user', address)
   return address
+}
+
+/**
+ * The least message id of others' that can have reached `viewer` in group `peer`: none sent
+ * before it (last) joined, less CLOCK_SKEW_MS, since an id's time is its sending instance's
+ * clock. A history page of the group starts its scan of others' messages no lower, so a member
+ * who joined a long-lived group does not walk its whole past, message by message, to find
+ * nothing. Undefined for a 1:1 conversation.
+ */
+export async function deliveredSince (db: Db, viewer: string, peer: string): Promise<string | undefined> {
+  if (!isGroupId(peer)) return undefined
+  const joined = await createGroupsRepository(db).joinedAt(peer, viewer)
+  return joined === undefined ? undefined : idFloor('msg', joined.getTime() - CLOCK_SKEW_MS)
 }
 
 /**

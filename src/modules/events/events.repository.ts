@@ -204,14 +204,17 @@ export function createEventsRepository (db: Db) {
 
     /**
      * Acknowledges events of `address`'s feed for key `keyId` only (the user's other keys still
-     * receive them): every id up to `upTo` (the key's mark moves forward, never back), and the
+     * receive them): every id up to `upTo`, or up to the feed's last id if `upTo` is past it
+     * (the key's mark moves forward, never back, and never ahead of the feed), and the
      * listed ids past the mark that the feed holds (others are ignored). Ids the mark passes
      * are folded into it. One statement.
      */
     async acknowledge (address: string, keyId: string, ids: number[], upTo: number | undefined): Promise<void> {
       await db.execute(sql`
         WITH mark AS (
-          INSERT INTO ${keyFeeds} AS f (key_id, acked_through) VALUES (${keyId}, ${upTo ?? 0})
+          -- Never past the feed's last id: a mark ahead of it would hide events still to come.
+          INSERT INTO ${keyFeeds} AS f (key_id, acked_through)
+          SELECT ${keyId}, least(${upTo ?? 0}::bigint, (SELECT event_seq FROM users WHERE address = ${address}))
           ON CONFLICT (key_id) DO UPDATE SET acked_through = greatest(f.acked_through, excluded.acked_through)
           RETURNING acked_through
         ), listed AS (

@@ -70,6 +70,13 @@ export function createGroupsRepository (db: Db) {
       return rows.map((r) => r.address)
     },
 
+    /** When `address` joined group `id` (its latest joining), or undefined when it is not a member. */
+    async joinedAt (id: string, address: string): Promise<Date | undefined> {
+      const [row] = await db.select({ addedAt: groupMembers.addedAt }).from(groupMembers)
+        .where(and(eq(groupMembers.groupId, id), eq(groupMembers.address, address)))
+      return row?.addedAt
+    },
+
     async isMember (id: string, address: string): Promise<boolean> {
       const [row] = await db.select({ address: groupMembers.address }).from(groupMembers)
         .where(and(eq(groupMembers.groupId, id), eq(groupMembers.address, address)))

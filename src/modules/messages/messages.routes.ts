@@ -153,6 +153,8 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   })
 
   app.patch('/message/:message', {
+    // An edit writes the message once per recipient (a group's 999 copies of up to MAX_BODY_CHARS).
+    config: { admission: 'heavy' },
     schema: {
       operationId: 'editMessage',
       tags: ['messages'],
@@ -160,7 +162,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       description: 'Replaces the body (same limits as a send; counts no quota) and sets `editedAt`. Only its sender (403 for ' +
         'others, 404 when deleted or unknown), and only within MESSAGE_EDIT_WINDOW_SECONDS of sending (default 24 h; 403 ' +
         'after it). Every recipient that has not hidden it gets message.edited with the message as it now is; search finds ' +
-        'the new text and no longer the old. With Idempotency-Key (kept 24 h per API key), a repeat answers the message as it ' +
+        'the new text and no longer the old. One at a time per key (heavy admission). With Idempotency-Key (kept 24 h per API key), a repeat answers the message as it ' +
         'is (Idempotent-Replayed: true) and changes nothing; the same key with another body is 422 IDEMPOTENCY_MISMATCH.',
       params: MessageParams,
       headers: SendMessageHeaders,

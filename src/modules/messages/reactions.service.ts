@@ -27,11 +27,11 @@ function checkedEmoji (emoji: string): string {
  */
 export async function react (db: Db, id: string, address: string, rawEmoji: string, added: boolean): Promise<void> {
   const emoji = checkedEmoji(rawEmoji)
-  await readableMessage(createMessagesRepository(db), id, address)
   await transaction(db, async (tx) => {
     const messages = createMessagesRepository(tx)
-    const row = await messages.lock(id, 'no key update')
-    if (row === undefined) throw new NotFound('message', id)
+    // Locked, then checked: a hide or delete that commits first is seen.
+    if (await messages.lock(id, 'no key update') === undefined) throw new NotFound('message', id)
+    const { row } = await readableMessage(messages, id, address)
     let changed: boolean
     if (added) {
       const { distinct, has } = await messages.reactionKinds(id, emoji)

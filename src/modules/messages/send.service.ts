@@ -245,7 +245,11 @@ export function createSendService (db: Db, options: SendServiceOptions) {
       const toGroup = isGroupId(input.recipient)
       const recipient = toGroup ? input.recipient : userAddress(input.recipient)
       const { principal, files, idempotencyKey } = input
-      if (input.replyTo !== undefined) await checkReply(db, principal.address, recipient, input.replyTo)
+      // A retry of a send already made is answered with that message (the batch replays it),
+      // even if the message it replied to has gone since.
+      const retried = idempotencyKey !== undefined && input.replyTo !== undefined &&
+        await createIdempotencyRepository(db).find({ keyId: principal.keyId, idempotencyKey }) !== undefined
+      if (input.replyTo !== undefined && !retried) await checkReply(db, principal.address, recipient, input.replyTo)
       const message = newMessage({ sender: principal.address, recipient, body: input.body, files, replyTo: input.replyTo })
       const send = batchSendOf(message, {
         files,

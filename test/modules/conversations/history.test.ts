@@ -2,6 +2,8 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import { historyStatement } from '../../../src/modules/conversations/conversations.repository.js'
+import { deliveredSince } from '../../../src/modules/conversations/conversations.service.js'
+import { newId } from '../../../src/ids.js'
 import { usingPostgres } from '../../support/databases.js'
 import { build, type Caller } from '../../helper.js'
 
@@ -159,4 +161,26 @@ t.test('a history page reads an index run of its own length, however long the co
     const read = [...text.matchAll(/"(?:Actual Rows|Rows Removed by Filter)":(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0)
     t.ok(read < 500, `the plan's nodes touch ${read} rows in all ${where}, not the conversation's 40,000`)
   }
+})
+
+t.test('a member who joined a long-lived group pages from its joining, not through the group\'s past', { skip: usingPostgres() ? false : 'EXPLAIN on PostgreSQL' }, async (t) => {
+  const { as, db } = await build(t)
+  const alice = await as('alice')
+  const carol = await as('carol')
+  const group = (await alice.post('/v2/group', { name: 'old', members: [] })).json().id as string
+  // 20,000 messages from the hour before carol joined, none delivered to her.
+  const hourAgo = Date.now() - 3_600_000
+  const ids = Array.from({ length: 20_000 }, (_, i) => newId('msg', hourAgo + i))
+  await db.execute(sql`INSERT INTO messages (id, sender, recipient, body) SELECT id, 'alice', ${group}, 'before' FROM unnest(${sql.param(ids)}::text[]) AS id`)
+  await db.execute(sql`ANALYZE messages`)
+  t.equal((await alice.post(`/v2/group/${group}/members`, { members: ['carol'] })).statusCode, 200)
+  for (let i = 0; i < 3; i++) await alice.post('/v2/message', { recipient: group, body: `after ${i}` })
+
+  t.same((await page(carol, group)).messages.map((m) => m.body), ['after 2', 'after 1', 'after 0'])
+  t.same((await page(carol, group, '?dir=forward')).messages.map((m) => m.body), ['after 0', 'after 1', 'after 2'])
+  const since = await deliveredSince(db, 'carol', group)
+  const plan = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${historyStatement('carol', group, { from: undefined, dir: 'back', limit: 51, since })}`)
+  const root = (plan[0]!['QUERY PLAN'] as [{ Plan: { 'Shared Hit Blocks': number, 'Shared Read Blocks': number } }])[0].Plan
+  const blocks = root['Shared Hit Blocks'] + root['Shared Read Blocks']
+  t.ok(blocks < 100, `carol's first page reads ${blocks} blocks, not the 20,000 messages before her`)
 })

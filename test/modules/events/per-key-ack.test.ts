@@ -97,3 +97,17 @@ t.test('an event is purged once every active key has acknowledged it and the use
   await purgeExpired(db)
   t.same(await stored(db), [next], 'kept for the webhook behind')
 })
+
+t.test('an acknowledgement past the end of the feed covers what is there, not what is still to come', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await alice.post('/v2/message', { recipient: 'bob', body: 'one' })
+  t.equal((await bob.post('/v2/events/ack', { upTo: '999999999' })).statusCode, 204)
+  t.same(await ids(bob), [])
+  await alice.post('/v2/message', { recipient: 'bob', body: 'two' })
+  t.equal((await ids(bob)).length, 1, 'a later event still arrives')
+  t.equal((await bob.delete('/v2/events?upTo=999999999')).statusCode, 204)
+  await alice.post('/v2/message', { recipient: 'bob', body: 'three' })
+  t.equal((await ids(bob)).length, 1, 'after DELETE too')
+})

@@ -168,4 +168,15 @@ t.test('replyTo: a reply names a readable message of the same conversation; anyt
     t.match(res.json().message, message)
   }
   t.equal((await alice.post('/v2/message', { recipient: group, body: 'on topic', replyTo: inGroup })).statusCode, 200, 'a reply in the group')
+
+  // A retry of a reply whose original was deleted meanwhile answers the reply it made.
+  const original = (await bob.post('/v2/message', { recipient: 'alice', body: 'soon gone' })).json().id as string
+  const headers = { 'idempotency-key': 'reply-1' }
+  const first = await alice.post('/v2/message', { recipient: 'bob', body: 'answer', replyTo: original }, { headers })
+  t.equal(first.statusCode, 200)
+  t.equal((await bob.delete(`/v2/message/${original}`)).statusCode, 204)
+  const retry = await alice.post('/v2/message', { recipient: 'bob', body: 'answer', replyTo: original }, { headers })
+  t.equal(retry.statusCode, 200, retry.body)
+  t.equal(retry.headers['idempotent-replayed'], 'true')
+  t.equal(retry.json().id, first.json().id)
 })

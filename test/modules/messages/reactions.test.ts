@@ -104,6 +104,20 @@ t.test('50 members react at once, with the same emoji and their own: the counts 
   t.equal((await feed(owner, 'message.reaction')).length, 100, 'the sender heard of every one')
 })
 
+t.test('25 readers each adding a new emoji at once: exactly 20 kinds go, the rest are 409', async (t) => {
+  const { as, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  const owner = await as('owner')
+  const readers: Caller[] = []
+  for (let i = 0; i < 25; i++) readers.push(await as(`r${i}`))
+  const group = (await owner.post('/v2/group', { name: 'race', members: readers.map((r) => r.address) })).json().id as string
+  const id = (await owner.post('/v2/message', { recipient: group, body: 'race to react' })).json().id as string
+  const statuses = await Promise.all(readers.map((r, i) => r.put(`/v2/message/${id}/reactions/k${i}`).then((res) => res.statusCode)))
+  t.equal(statuses.filter((s) => s === 204).length, 20, '20 added')
+  t.equal(statuses.filter((s) => s === 409).length, 5, '5 refused')
+  const kinds = await queryRows<{ n: number }>(db, sql`SELECT count(DISTINCT emoji)::int AS n FROM message_reactions WHERE message_id = ${id}`)
+  t.equal(kinds[0]!.n, 20)
+})
+
 t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystander\'s sends alone', { skip: usingPostgres() ? false : 'PostgreSQL only: the embedded database is one connection shared by every request' }, async (t) => {
   const { app, as, db } = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' } })
   const mallory = await as('mallory')
