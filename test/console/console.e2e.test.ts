@@ -137,6 +137,44 @@ t.test('the web console in a real browser', { skip }, async (t) => {
     t.notOk(await byTestId('signed-in-as').isVisible(), 'a reload does not sign back in')
   })
 
+  await t.test('signed in after the key acknowledged its whole feed: every conversation, its history and true unread counts', async (t) => {
+    // 60 from carol (more than a page), then alice's key drops everything from its feed.
+    const carol = await as('carol')
+    for (let i = 0; i < 60; i++) t.equal((await carol.post('/v2/message', { recipient: 'alice', body: `carol ${i}` })).statusCode, 200)
+    t.equal((await alice.delete('/v2/events')).statusCode, 204)
+    t.same((await alice.get('/v2/events')).json().events, [], 'the feed is empty for this key')
+
+    const fresh = await browser.newContext({ viewport: { width: 1100, height: 720 } })
+    t.teardown(() => fresh.close())
+    const other = await fresh.newPage()
+    other.on('pageerror', (err) => scriptErrors.push(err.message))
+    await other.goto(url)
+    await other.locator('[data-testid="key-id"]').fill(alice.keyId)
+    await other.locator('[data-testid="secret"]').fill(alice.secret)
+    await other.locator('[data-testid="sign-in"]').click()
+    const conversation = (name: string) => other.locator('[data-testid="conversation"]').filter({ hasText: name })
+    await conversation('carol').locator('.unread').filter({ hasText: '60' }).waitFor()
+    t.pass('carol\'s 60 unread, counted by the server')
+    t.ok(await conversation('bob').isVisible(), 'bob\'s conversation is there too, though the feed held none of it')
+    t.ok(await conversation('testbot').isVisible())
+
+    await conversation('carol').click()
+    const shown = other.locator('[data-testid="message"] .body')
+    await shown.getByText('carol 59', { exact: true }).waitFor()
+    t.equal(await shown.count(), 50, 'the newest page')
+    // Scrolled to the top: the page before it.
+    await other.locator('#messages').evaluate((list) => { list.scrollTop = 0; list.dispatchEvent(new Event('scroll')) })
+    await shown.getByText('carol 0', { exact: true }).waitFor()
+    t.equal(await shown.count(), 60, 'and the page before it, on scrolling up')
+    // Shown, so read: one call up to the newest.
+    await t.resolves(until(async () => {
+      const list = (await alice.get('/v2/conversations')).json().conversations as { peer: string, unread: number }[]
+      return list.find((c) => c.peer === 'carol')?.unread === 0
+    }, { timeoutMs: 5_000, intervalMs: 50 }), 'the server counts none of them unread')
+    await conversation('carol').locator('.unread').waitFor({ state: 'detached' })
+    await other.close()
+  })
+
   await t.test('where no event stream is offered, the page long-polls instead', async (t) => {
     const polling = await browser.newPage()
     await polling.route('**/v2/events/stream**', (route) => route.fulfill({ status: 404, contentType: 'application/json', body: '{"statusCode":404}' }))

@@ -75,9 +75,24 @@ export function createApi ({ keyId, secret }: Credentials) {
       }
     },
     group: async (id: string) => ok(await client.GET('/v2/group/{group}', { params: { path: { group: id } } }), 'group'),
-    /** A conversation's messages, newest first, a page at a time. */
-    conversation: async (peer: string, cursor?: string) =>
-      ok(await client.POST('/v2/search', { body: { with: peer, types: ['messages'], limit: 50, ...(cursor === undefined ? {} : { cursor }) } }), 'search'),
+    /** Every conversation, newest first, with its last message and the server's unread count. */
+    conversations: async () => {
+      const conversations = []
+      let cursor: string | undefined
+      for (;;) {
+        const page = ok(await client.GET('/v2/conversations', { params: { query: { limit: 200, ...(cursor === undefined ? {} : { cursor }) } } }), 'conversations')
+        conversations.push(...page.conversations)
+        if (page.nextCursor === null) return conversations
+        cursor = page.nextCursor
+      }
+    },
+    /** A page of a conversation's history, newest first, before message `from` (or from the newest). */
+    history: async (peer: string, from?: string) =>
+      ok(await client.GET('/v2/conversations/{peer}/messages', { params: { path: { peer }, query: { limit: 50, ...(from === undefined ? {} : { from }) } } }), 'history'),
+    /** Marks everything from others in the conversation read, up to message `upTo`. */
+    markRead: async (peer: string, upTo: string) => {
+      ok(await client.POST('/v2/conversations/{peer}/read', { params: { path: { peer } }, body: { upTo } }), 'read')
+    },
     send: async (form: FormData) => ok(await client.POST('/v2/message', {
       // The form as the browser encodes it (multipart, with the files' own types).
       body: {} as never,

@@ -5,8 +5,12 @@ export interface Conversation {
   id: string
   title: string
   messages: Map<string, Message>
-  /** Whether its history has been fetched. */
+  /** Whether its newest page of history has been fetched. */
   loaded: boolean
+  /** Where the next older page of history starts (the history route's `next`); null at its start. */
+  older: string | null
+  /** The newest message from others the reader has been shown and reported read. */
+  readUpTo: string
   unread: number
   /** Who is typing here, and until when (epoch ms). */
   typing: Map<string, number>
@@ -34,7 +38,7 @@ export class Conversations {
   get (id: string): Conversation {
     let found = this.byId.get(id)
     if (found === undefined) {
-      found = { id, title: id, messages: new Map(), loaded: false, unread: 0, typing: new Map(), lastAt: '' }
+      found = { id, title: id, messages: new Map(), loaded: false, older: null, readUpTo: '', unread: 0, typing: new Map(), lastAt: '' }
       this.byId.set(id, found)
     }
     return found

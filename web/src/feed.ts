@@ -18,6 +18,22 @@ export async function nameGroup (s: Session, id: string): Promise<void> {
 }
 
 /**
+ * The server's list of conversations (GET /v2/conversations): every one the caller has, with its
+ * true unread count, whatever the feed still holds (acknowledged, purged, or from before this
+ * key). Read once the feed has caught up, so every message counted there is one the feed's
+ * replay did not count.
+ */
+async function syncConversations (s: Session): Promise<void> {
+  const list = await s.api.conversations().catch(() => [])
+  if (currentSession() !== s) return
+  for (const c of list) {
+    const { conversation } = s.conversations.add(c.lastMessage)
+    conversation.unread = s.active === c.peer ? 0 : c.unread
+    if (c.type === 'group' && conversation.title === conversation.id) void nameGroup(s, c.peer)
+  }
+}
+
+/**
  * Reads the feed from the start, then follows it live until sign-out: over the event stream
  * (Server-Sent Events), or by long-polling where the server or a proxy offers no stream.
  */
@@ -46,6 +62,7 @@ export async function follow (s: Session): Promise<void> {
       s.after = page.last
       if (page.events.length === 0 && !caughtUp) {
         caughtUp = true
+        await syncConversations(s)
         renderConversations()
         if (s.active !== undefined) renderThread()
       }
@@ -68,13 +85,14 @@ function handle (s: Session, event: FeedEvent, live: boolean): void {
       const message = event.data.message
       const { conversation, added } = s.conversations.add(message)
       if (isGroupId(conversation.id) && conversation.title === conversation.id) void nameGroup(s, conversation.id)
-      if (!added || message.sender === s.me) break
-      if (s.active === conversation.id && document.visibilityState === 'visible' && live) report(s, message, 'read')
-      else {
+      // Replayed events are counted already: the unread counts come from the server (syncUnread).
+      if (!added || message.sender === s.me || !live) break
+      if (s.active !== conversation.id || document.visibilityState !== 'visible') {
         conversation.unread++
-        if (live) report(s, message, 'delivered')
+        report(s, message, 'delivered')
       }
-      if (live) refresh(conversation.id)
+      // Shown in the open conversation: marked read as it renders (markShown).
+      refresh(conversation.id)
       break
     }
     case 'message.status': {

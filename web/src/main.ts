@@ -2,8 +2,8 @@ import { ApiError, createApi, describe, type Credentials } from './api.js'
 import { send, typed } from './composer.js'
 import { byId } from './dom.js'
 import { follow, nameGroup } from './feed.js'
-import { bodyInput, composer, consoleView, signInError, signInForm, signInView } from './page.js'
-import { renderConversations, renderThread } from './render.js'
+import { bodyInput, composer, consoleView, messageList, signInError, signInForm, signInView } from './page.js'
+import { loadOlder, renderConversations, renderThread } from './render.js'
 import { clearCredentials, loadCredentials, saveCredentials, showSignIn, signOut, startSession } from './session.js'
 
 // The console's entry point: signing in, and the page's events wired to the modules that handle them.
@@ -54,6 +54,7 @@ bodyInput.addEventListener('keydown', (event) => {
     composer.requestSubmit()
   }
 })
+messageList.addEventListener('scroll', () => { void loadOlder() })
 document.addEventListener('visibilitychange', () => { if (document.visibilityState === 'visible') renderThread() })
 
 const stored = loadCredentials()

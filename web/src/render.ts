@@ -2,7 +2,7 @@ import { describe } from './api.js'
 import { isGroupId, type Conversation } from './conversations.js'
 import { el, formatSize, formatTime } from './dom.js'
 import { conversationList, messageList, recipientInput, sendError, threadTitle, typingLine } from './page.js'
-import { report } from './receipts.js'
+import { markShown } from './receipts.js'
 import { currentSession, type Session } from './session.js'
 import type { DeliveryStatus, Message } from './types.js'
 
@@ -44,10 +44,12 @@ export async function open (id: string): Promise<void> {
   }
 }
 
-async function loadHistory (s: Session, conversation: Conversation): Promise<void> {
+/** Loads the conversation's newest page of history, or (`older`) the page before what is shown. */
+async function loadHistory (s: Session, conversation: Conversation, older = false): Promise<void> {
   try {
-    const page = await s.api.conversation(conversation.id)
-    for (const result of page.results) if (result.type === 'message') s.conversations.add(result.message)
+    const page = await s.api.history(conversation.id, older ? conversation.older ?? undefined : undefined)
+    for (const message of page.messages) s.conversations.add(message)
+    conversation.older = page.next
     // Delivery status of own messages, newest few.
     const own = s.conversations.thread(conversation.id).filter((m) => m.sender === s.me).slice(-20)
     await Promise.all(own.map(async (m) => {
@@ -64,9 +66,10 @@ export function renderThread (): void {
   const s = currentSession()
   if (s === undefined || s.active === undefined) return
   const nearBottom = messageList.scrollHeight - messageList.scrollTop - messageList.clientHeight < 80
+  const conversation = s.conversations.get(s.active)
   const messages = s.conversations.thread(s.active)
   messageList.replaceChildren(...messages.map((m) => renderMessage(s, m)))
-  if (document.visibilityState === 'visible') for (const m of messages) report(s, m, 'read')
+  if (document.visibilityState === 'visible') markShown(s, conversation)
   if (nearBottom || messages.length < 20) messageList.scrollTop = messageList.scrollHeight
   renderTyping()
 }
@@ -134,4 +137,22 @@ export function renderTyping (): void {
   const who = [...typing.keys()]
   typingLine.textContent = who.length === 0 ? '' : `${who.join(', ')} ${who.length === 1 ? 'is' : 'are'} typing…`
   if (who.length > 0) typingTimer = setTimeout(renderTyping, Math.min(...typing.values()) - now + 50)
+}
+
+let loadingOlder = false
+
+/** Scrolled to the top of a conversation with more before it: the older page, the view kept where it was. */
+export async function loadOlder (): Promise<void> {
+  const s = currentSession()
+  if (s === undefined || s.active === undefined || loadingOlder) return
+  const conversation = s.conversations.get(s.active)
+  if (!conversation.loaded || conversation.older === null || messageList.scrollTop > 40) return
+  loadingOlder = true
+  try {
+    const before = messageList.scrollHeight - messageList.scrollTop
+    await loadHistory(s, conversation, true)
+    if (currentSession() === s && s.active === conversation.id) messageList.scrollTop = messageList.scrollHeight - before
+  } finally {
+    loadingOlder = false
+  }
 }
