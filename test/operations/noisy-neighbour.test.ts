@@ -165,7 +165,11 @@ t.test('wide JSON bodies: 1 MiB of 499,000 array elements, 18 a second for 3 s, 
       process.stdout.write(JSON.stringify({ sizes: [wide.length, deep.length], answers: distinct }))
     })()
   `, [base, abuser.authorization])
-  judge(t, '54 wide bodies', await watch.stop(), bound)
+  // Its own floor: beside another test file's load in CI's PostgreSQL pass the bystander's p99
+  // was 86-335 ms over five runs (alone 22-30 ms), the 250 ms floor crossed once. Parsed, each of
+  // these bodies took ~27 ms of JSON.parse and as much of GC, 18 a second: the refusals by count
+  // are asserted below, whatever the latency.
+  judge(t, '54 wide bodies', await watch.stop(), { alone: bound.alone, ms: relativeBound(bound.alone, CEILING_MS, 5, 500) })
   t.ok(sent.sizes.every((n) => n < 1024 * 1024), 'each under the 1 MiB body limit')
   // Both are refused by the count of their values, before either is parsed (body-budget.ts).
   t.same(sent.answers['/v2/message'], ['400 VALIDATION_FAILED'], 'each wide message was refused, nothing sent')
