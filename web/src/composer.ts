@@ -1,7 +1,7 @@
 import { describe } from './api.js'
 import { isGroupId } from './conversations.js'
 import { snippet } from './message-view.js'
-import { bodyInput, composing, composingText, fileInput, recipientInput, sendButton, sendError } from './page.js'
+import { bodyInput, composing, composingText, fileInput, messageList, recipientInput, sendButton, sendError } from './page.js'
 import { open, refresh, updateTicks } from './render.js'
 import { currentSession, type Session } from './session.js'
 import type { Message } from './types.js'
@@ -86,6 +86,8 @@ export async function send (): Promise<void> {
       }).catch(() => {})
     }
     await open(conversation.id)
+    // What one just sent is in view, however far up one had scrolled.
+    messageList.scrollTop = messageList.scrollHeight
   } catch (err) {
     sendError.textContent = describe(err)
   } finally {
