@@ -1,4 +1,3 @@
-import { join } from 'node:path'
 import { sql } from 'drizzle-orm'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import t from 'tap'
@@ -136,9 +135,6 @@ t.test('the web console in a real browser', { skip }, async (t) => {
     const received = await bob.get('/v2/events?limit=1000')
     t.ok(received.json().events.some((e: { data: { message?: { body: string, attachments: unknown[] } } }) =>
       e.data.message?.body === 'two files' && e.data.message.attachments.length === 2), 'bob received both files')
-    if (process.env.PARLEY_SCREENSHOT !== undefined) {
-      await page.screenshot({ path: join(import.meta.dirname, '..', '..', 'docs', 'console.png') })
-    }
   })
 
   await t.test('signing out clears the stored secret', async (t) => {
