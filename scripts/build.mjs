@@ -41,4 +41,4 @@ await build({
   minify: true,
   ...common
 })
-for (const file of ['index.html', 'console.css']) copyFileSync(join(web, file), join(web, 'dist', file))
+for (const file of ['index.html', 'console.css', 'favicon.svg']) copyFileSync(join(web, file), join(web, 'dist', file))

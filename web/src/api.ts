@@ -98,6 +98,14 @@ export function createApi ({ keyId, secret }: Credentials) {
       body: {} as never,
       bodySerializer: () => form
     }), 'send'),
+    /** One message as it is now (its body, edit and reactions). */
+    message: async (id: string) => ok(await client.GET('/v2/message/{message}', message(id)), 'message'),
+    edit: async (id: string, body: string) => ok(await client.PATCH('/v2/message/{message}', { ...message(id), body: { body } }), 'edit'),
+    /** Adds (or, with `on` false, takes back) one's reaction with `emoji`; idempotent either way. */
+    react: async (id: string, emoji: string, on: boolean) => {
+      const params = { params: { path: { message: id, emoji } } }
+      ok(on ? await client.PUT('/v2/message/{message}/reactions/{emoji}', params) : await client.DELETE('/v2/message/{message}/reactions/{emoji}', params), 'reaction')
+    },
     status: async (id: string) => ok(await client.GET('/v2/message/{message}/status', message(id)), 'status'),
     report: async (id: string, status: Exclude<DeliveryStatus, 'sent'>) => {
       ok(await client.POST('/v2/message/status', { body: { message: id, status } }), 'report')

@@ -12,6 +12,12 @@ export interface Conversation {
   /** The newest message from others the reader has been shown and reported read. */
   readUpTo: string
   unread: number
+  /**
+   * Where the "new messages" divider goes while the conversation is open: above the `count`th
+   * newest message from others among those up to `upTo` (the newest when it was opened, so
+   * messages arriving while it is open move nothing).
+   */
+  newMessages: { count: number, upTo: string } | undefined
   /** Who is typing here, and until when (epoch ms). */
   typing: Map<string, number>
   lastAt: string
@@ -38,7 +44,7 @@ export class Conversations {
   get (id: string): Conversation {
     let found = this.byId.get(id)
     if (found === undefined) {
-      found = { id, title: id, messages: new Map(), loaded: false, older: null, readUpTo: '', unread: 0, typing: new Map(), lastAt: '' }
+      found = { id, title: id, messages: new Map(), loaded: false, older: null, readUpTo: '', unread: 0, newMessages: undefined, typing: new Map(), lastAt: '' }
       this.byId.set(id, found)
     }
     return found
@@ -58,6 +64,26 @@ export class Conversations {
     conversation.messages.set(message.id, message)
     if (message.createdAt > conversation.lastAt) conversation.lastAt = message.createdAt
     return { conversation, added }
+  }
+
+  /** A message wherever it is loaded, or undefined. */
+  find (messageId: string): Message | undefined {
+    for (const conversation of this.byId.values()) {
+      const found = conversation.messages.get(messageId)
+      if (found !== undefined) return found
+    }
+    return undefined
+  }
+
+  /** Puts a newer state of a loaded message in its place (an edit, reactions); answers its conversation, undefined if not loaded. */
+  replace (message: Message): Conversation | undefined {
+    for (const conversation of this.byId.values()) {
+      if (conversation.messages.has(message.id)) {
+        conversation.messages.set(message.id, message)
+        return conversation
+      }
+    }
+    return undefined
   }
 
   remove (messageId: string): Conversation | undefined {

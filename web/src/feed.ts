@@ -1,6 +1,7 @@
 import { ApiError } from './api.js'
 import { isGroupId } from './conversations.js'
 import { connection, threadTitle } from './page.js'
+import { refetchReactions } from './reactions.js'
 import { report } from './receipts.js'
 import { refresh, renderConversations, renderThread, renderTyping, updateTicks } from './render.js'
 import { currentSession, signOut, type Session } from './session.js'
@@ -93,6 +94,19 @@ function handle (s: Session, event: FeedEvent, live: boolean): void {
       }
       // Shown in the open conversation: marked read as it renders (markShown).
       refresh(conversation.id)
+      break
+    }
+    case 'message.edited': {
+      // The message as it now is: in its place if loaded, and for the quotes of replies to it.
+      const message = event.data.message
+      const conversation = s.conversations.replace(message)
+      if (s.originals.has(message.id)) s.originals.set(message.id, Promise.resolve(message))
+      if (conversation !== undefined && live) refresh(conversation.id)
+      break
+    }
+    case 'message.reaction': {
+      // Replayed ones are in the history already loaded (or to be loaded).
+      if (live) void refetchReactions(s, event.data.message)
       break
     }
     case 'message.status': {

@@ -1,9 +1,9 @@
 import { ApiError, createApi, describe, type Credentials } from './api.js'
-import { send, typed } from './composer.js'
+import { cancelComposing, send, typed } from './composer.js'
 import { byId } from './dom.js'
 import { follow, nameGroup } from './feed.js'
 import { bodyInput, composer, consoleView, messageList, signInError, signInForm, signInView } from './page.js'
-import { loadOlder, renderConversations, renderThread } from './render.js'
+import { loadOlder, markVisible, newConversation, renderConversations, renderThread, showList } from './render.js'
 import { clearCredentials, loadCredentials, saveCredentials, showSignIn, signOut, startSession } from './session.js'
 
 // The console's entry point: signing in, and the page's events wired to the modules that handle them.
@@ -54,7 +54,14 @@ bodyInput.addEventListener('keydown', (event) => {
     composer.requestSubmit()
   }
 })
-messageList.addEventListener('scroll', () => { void loadOlder() })
+bodyInput.addEventListener('keydown', (event) => { if (event.key === 'Escape') cancelComposing() })
+byId('cancel-composing').addEventListener('click', cancelComposing)
+byId('back').addEventListener('click', showList)
+byId('new-conversation').addEventListener('click', newConversation)
+messageList.addEventListener('scroll', () => {
+  markVisible()
+  void loadOlder()
+})
 document.addEventListener('visibilitychange', () => { if (document.visibilityState === 'visible') renderThread() })
 
 const stored = loadCredentials()

@@ -15,3 +15,6 @@ export const bodyInput = composer.elements.namedItem('body') as HTMLTextAreaElem
 export const fileInput = composer.elements.namedItem('attachment') as HTMLInputElement
 export const sendError = byId('send-error')
 export const connection = byId('connection')
+export const composing = byId('composing')
+export const composingText = byId('composing-text')
+export const sendButton = byId<HTMLButtonElement>('send')

@@ -1,4 +1,5 @@
 import type { Conversation } from './conversations.js'
+import { messageList } from './page.js'
 import { currentSession, type Session } from './session.js'
 import type { Message } from './types.js'
 
@@ -20,14 +21,28 @@ export function report (s: Session, message: Message, status: 'delivered' | 'rea
   })
 }
 
+/** The newest message from others the thread shows inside its visible area, or '' (none, or the thread hidden). */
+function newestVisible (): string {
+  const box = messageList.getBoundingClientRect()
+  if (box.height === 0) return ''
+  const items = messageList.querySelectorAll<HTMLElement>('li.theirs')
+  for (let i = items.length - 1; i >= 0; i--) {
+    const item = items[i]!
+    const at = item.getBoundingClientRect()
+    if (at.top < box.bottom && at.bottom > box.top) return item.dataset.id ?? ''
+    if (at.bottom <= box.top) break
+  }
+  return ''
+}
+
 /**
- * Marks the open conversation read up to the newest message from others it shows: one call
- * (POST /conversations/{peer}/read) however many messages that covers, and none when nothing
- * new from others is shown.
+ * Marks the open conversation read up to the newest message from others the person can see:
+ * one call (POST /conversations/{peer}/read) however many messages that covers, and none when
+ * nothing new from others came into view (scrolled above it, or the thread hidden behind the
+ * list on a narrow screen).
  */
 export function markShown (s: Session, conversation: Conversation): void {
-  let newest = ''
-  for (const m of conversation.messages.values()) if (m.sender !== s.me && m.id > newest) newest = m.id
+  const newest = newestVisible()
   if (newest === '' || newest <= conversation.readUpTo) return
   conversation.readUpTo = newest
   reports = reports.then(async () => {

@@ -1,15 +1,17 @@
 import { describe } from './api.js'
-import { isGroupId, type Conversation } from './conversations.js'
-import { el, formatSize, formatTime } from './dom.js'
-import { conversationList, messageList, recipientInput, sendError, threadTitle, typingLine } from './page.js'
+import { cancelComposing } from './composer.js'
+import type { Conversation } from './conversations.js'
+import { dayKey, dayLabel, formatDateTime, formatWhen } from './dates.js'
+import { el } from './dom.js'
+import { renderMessage, renderTicks } from './message-view.js'
+import { consoleView, conversationList, messageList, recipientInput, sendError, threadTitle, typingLine } from './page.js'
 import { markShown } from './receipts.js'
 import { currentSession, type Session } from './session.js'
-import type { DeliveryStatus, Message } from './types.js'
+import type { Message } from './types.js'
 
 // What the console shows of the session: the conversation list, the open conversation's
-// messages (with their ticks and attachments) and who is typing there; and opening one.
-
-const TICKS: Record<DeliveryStatus, string> = { sent: '✓', delivered: '✓✓', read: '✓✓' }
+// messages (by day, with where the new ones begin) and who is typing there; opening one, and on
+// a narrow screen going back from it to the list.
 
 /** Re-renders what a change to one conversation shows. */
 export function refresh (id: string): void {
@@ -20,28 +22,82 @@ export function refresh (id: string): void {
 export function renderConversations (): void {
   const s = currentSession()
   if (s === undefined) return
+  const now = new Date()
   conversationList.replaceChildren(...s.conversations.list().map((c) => {
-    const item = el('li', { 'data-testid': 'conversation', 'data-id': c.id, class: c.id === s.active ? 'active' : '' },
-      c.title, c.unread > 0 ? el('span', { class: 'unread' }, String(c.unread)) : undefined)
-    item.addEventListener('click', () => { void open(c.id) })
-    return item
+    // A button inside the item: reachable and pressable from the keyboard, named by its text.
+    const button = el('button', { type: 'button', 'aria-current': String(c.id === s.active) },
+      el('span', { class: 'title' }, c.title),
+      c.lastAt === '' ? undefined : el('time', { datetime: c.lastAt, title: formatDateTime(c.lastAt) }, formatWhen(c.lastAt, now)),
+      c.unread > 0 ? el('span', { class: 'unread', 'aria-label': `${c.unread} unread` }, String(c.unread)) : undefined)
+    button.addEventListener('click', () => { void open(c.id) })
+    return el('li', { 'data-testid': 'conversation', 'data-id': c.id, class: c.id === s.active ? 'active' : '' }, button)
   }))
+}
+
+/** On a narrow screen, shows the conversation list or the thread (a wide one shows both). */
+function showView (view: 'list' | 'thread'): void {
+  consoleView.dataset.view = view
+}
+
+/** Back to the list from a conversation: none is open, so what arrives there counts as unread. */
+export function showList (): void {
+  const s = currentSession()
+  if (s === undefined) return
+  s.active = undefined
+  showView('list')
+  renderConversations()
+}
+
+/** An empty composer for a conversation not in the list yet. */
+export function newConversation (): void {
+  const s = currentSession()
+  if (s === undefined) return
+  cancelComposing()
+  s.active = undefined
+  recipientInput.value = ''
+  threadTitle.textContent = 'New conversation'
+  messageList.replaceChildren()
+  typingLine.textContent = ''
+  showView('thread')
+  renderConversations()
+  recipientInput.focus()
 }
 
 export async function open (id: string): Promise<void> {
   const s = currentSession()
   if (s === undefined) return
+  if (s.composing !== undefined && !s.conversations.get(id).messages.has(s.composing.message.id)) cancelComposing()
+  const changed = s.active !== id
   s.active = id
+  s.pickerFor = undefined
   const conversation = s.conversations.get(id)
+  const unread = conversation.unread
   conversation.unread = 0
+  if (changed) conversation.newMessages = undefined
   recipientInput.value = id
   threadTitle.textContent = conversation.title
+  showView('thread')
   renderConversations()
   renderThread()
   if (!conversation.loaded) {
     conversation.loaded = true
     await loadHistory(s, conversation)
   }
+  // Where the unread ones begin, counted in what was there when it opened.
+  if (unread > 0 && currentSession() === s && s.active === id) {
+    conversation.newMessages = { count: unread, upTo: s.conversations.thread(id).at(-1)?.id ?? '' }
+    renderThread()
+  }
+}
+
+/** The first unread message when the conversation was opened; undefined when none, or above what is loaded. */
+function firstUnread (s: Session, conversation: Conversation, messages: Message[]): string | undefined {
+  const mark = conversation.newMessages
+  if (mark === undefined) return undefined
+  const upTo = messages.findIndex((m) => m.id === mark.upTo)
+  const theirs = messages.slice(0, upTo + 1).filter((m) => m.sender !== s.me)
+  if (theirs.length < mark.count && conversation.older !== null) return undefined
+  return theirs[Math.max(0, theirs.length - mark.count)]?.id
 }
 
 /** Loads the conversation's newest page of history, or (`older`) the page before what is shown. */
@@ -68,48 +124,23 @@ export function renderThread (): void {
   const nearBottom = messageList.scrollHeight - messageList.scrollTop - messageList.clientHeight < 80
   const conversation = s.conversations.get(s.active)
   const messages = s.conversations.thread(s.active)
-  messageList.replaceChildren(...messages.map((m) => renderMessage(s, m)))
-  if (document.visibilityState === 'visible') markShown(s, conversation)
+  const divider = firstUnread(s, conversation, messages)
+  const now = new Date()
+  const items: HTMLLIElement[] = []
+  let day = ''
+  for (const m of messages) {
+    if (dayKey(m.createdAt) !== day) {
+      day = dayKey(m.createdAt)
+      items.push(el('li', { class: 'day', role: 'separator', 'data-testid': 'day-separator' },
+        el('time', { datetime: day }, dayLabel(m.createdAt, now))))
+    }
+    if (m.id === divider) items.push(el('li', { class: 'new-messages', role: 'separator', 'data-testid': 'new-messages' }, 'New messages'))
+    items.push(renderMessage(s, m))
+  }
+  messageList.replaceChildren(...items)
   if (nearBottom || messages.length < 20) messageList.scrollTop = messageList.scrollHeight
+  if (document.visibilityState === 'visible') markShown(s, conversation)
   renderTyping()
-}
-
-function renderMessage (s: Session, m: Message): HTMLLIElement {
-  const mine = m.sender === s.me
-  const attributes: Record<string, string> = { 'data-testid': 'message', 'data-id': m.id, class: mine ? 'mine' : '' }
-  if (mine) attributes['data-status'] = s.conversations.status(m.id)
-  const from = mine || !isGroupId(m.recipient) ? undefined : el('b', {}, `${m.sender}: `)
-  const meta = el('span', { class: 'meta' }, formatTime(m.createdAt),
-    mine ? el('span', { class: 'ticks', title: s.conversations.status(m.id) }, TICKS[s.conversations.status(m.id)]) : undefined)
-  return el('li', attributes, from, el('span', { class: 'body' }, m.body), ...m.attachments.map((a) => renderAttachment(s, m, a)), meta)
-}
-
-function attachmentUrl (s: Session, m: Message, index: number): Promise<string> {
-  const key = `${m.id}/${index}`
-  let url = s.blobs.get(key)
-  if (url === undefined) {
-    url = s.api.attachment(m.id, index).then((blob) => URL.createObjectURL(blob))
-    url.catch(() => s.blobs.delete(key))
-    s.blobs.set(key, url)
-  }
-  return url
-}
-
-function renderAttachment (s: Session, m: Message, a: Message['attachments'][number]): HTMLElement {
-  if (a.contentType.startsWith('image/')) {
-    const img = el('img', { alt: a.filename, 'data-testid': 'thumbnail' })
-    void attachmentUrl(s, m, a.index).then((url) => { img.src = url }).catch(() => { img.alt = `${a.filename} (could not load)` })
-    return img
-  }
-  const link = el('a', { class: 'file', href: '#', 'data-testid': 'file' }, `Download ${a.filename} (${formatSize(a.size)})`)
-  link.addEventListener('click', (event) => {
-    event.preventDefault()
-    void attachmentUrl(s, m, a.index).then((url) => {
-      const save = el('a', { href: url, download: a.filename })
-      save.click()
-    })
-  })
-  return link
 }
 
 export function updateTicks (messageId: string): void {
@@ -117,13 +148,7 @@ export function updateTicks (messageId: string): void {
   if (s === undefined) return
   const item = messageList.querySelector<HTMLElement>(`li[data-id="${CSS.escape(messageId)}"]`)
   if (item === null) return
-  const status = s.conversations.status(messageId)
-  item.dataset.status = status
-  const ticks = item.querySelector('.ticks')
-  if (ticks !== null) {
-    ticks.textContent = TICKS[status]
-    ticks.setAttribute('title', status)
-  }
+  renderTicks(item, s.conversations.status(messageId))
 }
 
 let typingTimer: ReturnType<typeof setTimeout> | undefined
@@ -139,6 +164,12 @@ export function renderTyping (): void {
   if (who.length > 0) typingTimer = setTimeout(renderTyping, Math.min(...typing.values()) - now + 50)
 }
 
+/** The person scrolled: what came into view is read. */
+export function markVisible (): void {
+  const s = currentSession()
+  if (s !== undefined && s.active !== undefined && document.visibilityState === 'visible') markShown(s, s.conversations.get(s.active))
+}
+
 let loadingOlder = false
 
 /** Scrolled to the top of a conversation with more before it: the older page, the view kept where it was. */
@@ -151,7 +182,10 @@ export async function loadOlder (): Promise<void> {
   try {
     const before = messageList.scrollHeight - messageList.scrollTop
     await loadHistory(s, conversation, true)
-    if (currentSession() === s && s.active === conversation.id) messageList.scrollTop = messageList.scrollHeight - before
+    if (currentSession() === s && s.active === conversation.id) {
+      messageList.scrollTop = messageList.scrollHeight - before
+      markShown(s, conversation)
+    }
   } finally {
     loadingOlder = false
   }

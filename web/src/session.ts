@@ -1,6 +1,7 @@
 import type { Api, Credentials } from './api.js'
 import { Conversations } from './conversations.js'
-import { composer, consoleView, conversationList, messageList, signInError, signInView, threadTitle, typingLine } from './page.js'
+import type { Message } from './types.js'
+import { composer, composing, consoleView, conversationList, sendButton, messageList, signInError, signInView, threadTitle, typingLine } from './page.js'
 
 // sessionStorage: the secret lives only as long as this tab, never in a URL or localStorage.
 const KEY = 'parley.credentials'
@@ -37,6 +38,14 @@ export interface Session {
   blobs: Map<string, Promise<string>>
   typingSentAt: number
   typingTo: string | undefined
+  /** Messages replied to that are not in a loaded page, fetched once each; undefined once deleted or out of reach. */
+  originals: Map<string, Promise<Message | undefined>>
+  /** What the composer is doing besides a new message: answering one, or editing one's own. */
+  composing: { kind: 'reply' | 'edit', message: Message } | undefined
+  /** The message whose reaction picker is open. */
+  pickerFor: string | undefined
+  /** Messages being fetched again after a reaction event, and whether another came in meanwhile. */
+  refetching: Map<string, boolean>
 }
 
 let session: Session | undefined
@@ -61,7 +70,11 @@ export function startSession (api: Api, me: string): Session {
     reportedRead: new Set(),
     blobs: new Map(),
     typingSentAt: 0,
-    typingTo: undefined
+    typingTo: undefined,
+    originals: new Map(),
+    composing: undefined,
+    pickerFor: undefined,
+    refetching: new Map()
   }
   return session
 }
@@ -84,5 +97,8 @@ export function signOut (reason = ''): void {
   typingLine.textContent = ''
   threadTitle.textContent = 'No conversation open'
   composer.reset()
+  composing.hidden = true
+  sendButton.textContent = 'Send'
+  consoleView.dataset.view = 'list'
   showSignIn(reason)
 }
