@@ -14,7 +14,7 @@ export const AUDIT_ACTIONS = [
 export type AuditAction = typeof AUDIT_ACTIONS[number]
 
 // An enum (as ErrorSchema's code): a union of literals built from a list has no static type.
-export const AuditActionSchema = Type.Unsafe<AuditAction>({
+const AuditActionSchema = Type.Unsafe<AuditAction>({
   type: 'string',
   enum: [...AUDIT_ACTIONS],
   description: 'What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, ' +
@@ -24,7 +24,7 @@ export const AuditActionSchema = Type.Unsafe<AuditAction>({
 export const isAuditAction = (text: string): text is AuditAction => (AUDIT_ACTIONS as readonly string[]).includes(text)
 
 /** Who acted: an API key (and the user it acts as), or the operator's CLI. */
-export const AuditActorSchema = Type.Union([
+const AuditActorSchema = Type.Union([
   Type.Object({
     key: Type.String({ description: 'The key id that made the request' }),
     address: Type.String({ description: 'The user that key acts as' })
@@ -34,7 +34,7 @@ export const AuditActorSchema = Type.Union([
 
 export type AuditActor = Static<typeof AuditActorSchema>
 
-export const AuditEntrySchema = Type.Object({
+const AuditEntrySchema = Type.Object({
   id: Type.String({ description: 'The entry id: a decimal string, larger for later entries' }),
   at: Timestamp,
   actor: AuditActorSchema,
