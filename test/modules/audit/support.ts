@@ -3,7 +3,7 @@ import { createKeysRepository } from '../../../src/modules/keys/keys.repository.
 import { build, type Caller, type TestContext } from '../../helper.js'
 
 /** Webhooks to loopback (no WEBHOOK_SECRETS_KEY needed), and no rate limit in the way. */
-export const ENV = { WEBHOOK_ALLOW_PRIVATE: 'true', RATE_LIMIT_PER_SECOND: '100000' }
+const ENV = { WEBHOOK_ALLOW_PRIVATE: 'true', RATE_LIMIT_PER_SECOND: '100000' }
 
 export interface Entry {
   id: string
