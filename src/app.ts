@@ -16,6 +16,7 @@ import { redisPlugin } from './plugins/redis.js'
 import { requestIdPlugin } from './plugins/request-id.js'
 import { shutdownPlugin } from './plugins/shutdown.js'
 import { adminRoutes } from './modules/admin/admin.routes.js'
+import { auditRoutes } from './modules/audit/audit.routes.js'
 import { testBotPlugin } from './modules/bot/test-bot.plugin.js'
 import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
@@ -64,7 +65,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
   // Background work. preClose hooks run in the order they are added: the closing flag, then the
   // retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
   await app.register(shutdownPlugin)
-  await app.register(retentionPlugin, { db: database.db })
+  await app.register(retentionPlugin, { db: database.db, auditRetentionDays: config.auditRetentionDays })
   await app.register(eventBusPlugin, { database })
   // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
   // against one per-key cap.
@@ -119,6 +120,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
     await v2.register(searchRoutes, { reads: app.reads })
     await v2.register(conversationsRoutes, { db: database.db, reads: app.reads })
     await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
+    await v2.register(auditRoutes, { db: database.db })
     await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 

@@ -5,7 +5,11 @@ import { loadConfig, type Config } from './config.js'
 import { openDatabase, type Database, type DatabaseOptions } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
 import { isAddress, normalizeAddress } from './ids.js'
+import { createAuditRepository, toAuditEntry } from './modules/audit/audit.repository.js'
+import { AUDIT_ACTIONS, isAuditAction, type AuditEntry } from './modules/audit/audit.schemas.js'
+import { audited, CLI_SOURCE, userChangeActions } from './modules/audit/audit.service.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
+import { isKeyId } from './modules/keys/keys.schemas.js'
 import { isScope, SCOPES } from './scopes.js'
 import { displayNameProblem } from './modules/users/display-name.js'
 import { createUsersRepository, toAdminUser, toUser } from './modules/users/users.repository.js'
@@ -25,7 +29,12 @@ const COMMANDS: Record<string, { usage: string, does: string, options: string[] 
   },
   'key list': { usage: 'key list [<address>]', does: 'list keys (never secrets)', options: [] },
   'key revoke': { usage: 'key revoke <keyId>', does: 'revoke a key (refused everywhere within 5 s)', options: [] },
-  'key quota': { usage: 'key quota <keyId> <N>', does: 'set a key\'s daily message quota', options: [] }
+  'key quota': { usage: 'key quota <keyId> <N>', does: 'set a key\'s daily message quota', options: [] },
+  audit: {
+    usage: 'audit [--limit N] [--actor X] [--action A] [--target T]',
+    does: 'show the audit log, newest first (actor: a key id, an address, or cli)',
+    options: ['limit', 'actor', 'action', 'target']
+  }
 }
 
 const USAGE = `Usage: parley <command> [options]
@@ -140,6 +149,17 @@ function keyJson (key: ApiKey) {
   }
 }
 
+/** --actor: a key id as it is, an address lower-case (as stored), or cli. */
+function parseActor (value: string): string {
+  if (isKeyId(value)) return value
+  return parseAddress(value)
+}
+
+function auditRow (entry: AuditEntry): string[] {
+  const actor = entry.actor === 'cli' ? 'cli' : `${entry.actor.address} (${entry.actor.key})`
+  return [entry.id, entry.at, actor, entry.action, entry.target, entry.requestId ?? '', entry.ip ?? '']
+}
+
 async function serve (config: Config): Promise<void> {
   // Loaded only here: the other commands need none of the HTTP stack.
   const { startService } = await import('./server.js')
@@ -170,7 +190,11 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       version: { type: 'boolean', short: 'v', default: false },
       name: { type: 'string' },
       'daily-quota': { type: 'string' },
-      scope: { type: 'string', multiple: true }
+      scope: { type: 'string', multiple: true },
+      limit: { type: 'string' },
+      actor: { type: 'string' },
+      action: { type: 'string' },
+      target: { type: 'string' }
     }
   })
   const out: Output = { json: values.json, io }
@@ -183,7 +207,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     io.stdout(`${USAGE}\n`)
     return
   }
-  const name = command === 'serve' || command === 'migrate' ? command : `${command} ${sub ?? ''}`.trim()
+  const name = command === 'serve' || command === 'migrate' || command === 'audit' ? command : `${command} ${sub ?? ''}`.trim()
   const spec = COMMANDS[name]
   if (spec === undefined) {
     if (values.help) {
@@ -197,9 +221,9 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     return
   }
   // An option another command takes is a mistake here, not something to ignore silently.
-  const stray = (['name', 'daily-quota', 'scope'] as const).find((option) => values[option] !== undefined && !spec.options.includes(option))
+  const stray = (['name', 'daily-quota', 'scope', 'limit', 'actor', 'action', 'target'] as const).find((option) => values[option] !== undefined && !spec.options.includes(option))
   if (stray !== undefined) throw new UsageError(`parley ${name} takes no --${stray}; usage: parley ${spec.usage}`)
-  if ((name === 'serve' || name === 'migrate') && sub !== undefined) {
+  if ((name === 'serve' || name === 'migrate' || name === 'audit') && sub !== undefined) {
     throw new UsageError(`parley ${name} takes no arguments; usage: parley ${spec.usage}`)
   }
 
@@ -226,8 +250,11 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       // Refused before the database is opened, naming the option, as a bad address is.
       const nameProblem = values.name === undefined ? undefined : displayNameProblem(values.name)
       if (nameProblem !== undefined) throw new UsageError(`--name ${nameProblem}`)
-      const user = await withDatabase(config, io, 'user create', async ({ db }) =>
-        toUser(await createUsersRepository(db).create({ address, displayName: values.name })))
+      const user = await withDatabase(config, io, 'user create', async ({ db }) => toUser(await audited(db, CLI_SOURCE, async (tx, record) => {
+        const row = await createUsersRepository(tx).create({ address, displayName: values.name })
+        await record('user.create', row.address)
+        return row
+      })))
       print(out, user, `Created user ${user.address}.`)
       return
     }
@@ -245,8 +272,12 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     case 'user reactivate': {
       const address = parseAddress(rest[0])
       const deactivated = sub === 'deactivate'
-      const row = await withDatabase(config, io, name, async ({ db }) => createUsersRepository(db).update(address, { deactivated }))
-      if (row === undefined) throw new Error(`user ${address} not found`)
+      const row = await withDatabase(config, io, name, async ({ db }) => audited(db, CLI_SOURCE, async (tx, record) => {
+        const row = await createUsersRepository(tx).update(address, { deactivated })
+        if (row === undefined) throw new Error(`user ${address} not found`)
+        for (const action of userChangeActions({ deactivated })) await record(action, row.address)
+        return row
+      }))
       print(out, toAdminUser(row), deactivated
         ? `Deactivated ${address}: its keys are refused everywhere within 5 seconds and it receives nothing.`
         : `Reactivated ${address}.`)
@@ -264,7 +295,11 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
         if (await createUsersRepository(db).find(address) === undefined) {
           throw new Error(`user ${address} does not exist; create it first with \`parley user create ${address}\``)
         }
-        return createKeysRepository(db).create(address, quota, scopes === undefined ? {} : { scopes })
+        return audited(db, CLI_SOURCE, async (tx, record) => {
+          const created = await createKeysRepository(tx).create(address, quota, scopes === undefined ? {} : { scopes })
+          await record('key.create', created.keyId)
+          return created
+        })
       })
       // --json keeps API.md §7's shape: {"keyId", "secret"}.
       const key = { keyId: created.keyId, secret: created.secret }
@@ -288,7 +323,11 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     case 'key revoke': {
       const keyId = rest[0]
       if (keyId === undefined) throw new UsageError('a key id is required')
-      const key = await withDatabase(config, io, 'key revoke', async ({ db }) => createKeysRepository(db).revoke(keyId))
+      const key = await withDatabase(config, io, 'key revoke', async ({ db }) => audited(db, CLI_SOURCE, async (tx, record) => {
+        const key = await createKeysRepository(tx).revoke(keyId)
+        await record('key.revoke', key.id)
+        return key
+      }))
       print(out, keyJson(key), `Revoked key ${key.id}; every instance refuses it within 5 seconds.`)
       return
     }
@@ -297,8 +336,28 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       const [keyId, amount] = rest
       if (keyId === undefined || amount === undefined) throw new UsageError('usage: parley key quota <keyId> <N>')
       const quota = parseCount(amount, 'N')
-      const key = await withDatabase(config, io, 'key quota', async ({ db }) => createKeysRepository(db).setDailyQuota(keyId, quota))
+      const key = await withDatabase(config, io, 'key quota', async ({ db }) => audited(db, CLI_SOURCE, async (tx, record) => {
+        const key = await createKeysRepository(tx).setDailyQuota(keyId, quota)
+        await record('key.update', key.id)
+        return key
+      }))
       print(out, keyJson(key), `Key ${key.id} may now send ${quota} messages per UTC day.`)
+      return
+    }
+
+    case 'audit': {
+      const limit = values.limit === undefined ? 50 : parseCount(values.limit, '--limit')
+      if (limit < 1 || limit > 200) throw new UsageError(`--limit must be a whole number from 1 to 200, got ${JSON.stringify(values.limit)}`)
+      const action = values.action
+      if (action !== undefined && !isAuditAction(action)) {
+        throw new UsageError(`--action must be one of ${AUDIT_ACTIONS.join(', ')}, got ${JSON.stringify(action)}`)
+      }
+      const actor = values.actor === undefined ? undefined : parseActor(values.actor)
+      const entries = await withDatabase(config, io, 'audit', async ({ db }) =>
+        (await createAuditRepository(db).page({ actor, action, target: values.target }, undefined, limit)).map(toAuditEntry))
+      print(out, entries, entries.length === 0
+        ? 'No entries.'
+        : table([['ID', 'AT', 'ACTOR', 'ACTION', 'TARGET', 'REQUEST', 'IP'], ...entries.map(auditRow)]))
       return
     }
 

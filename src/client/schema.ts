@@ -36,6 +36,26 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v2/admin/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the audit log
+         * @description Every admin action and key change (user create, update, deactivate, reactivate; key create, update, revoke; webhook create and delete), by the API or the operator CLI, written in the same transaction as the change. Newest first, cursor-paged; `actor` (a key id, a user address, or `cli`), `action` and `target` keep the entries that match. Entries cannot be changed or deleted through the API; they are kept AUDIT_RETENTION_DAYS days (default 365).
+         */
+        get: operations["adminListAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/admin/keys": {
         parameters: {
             query?: never;
@@ -794,6 +814,43 @@ export type components = {
             nextCursor: string | null;
             webhooks: components["schemas"]["AdminWebhook"][];
         };
+        /**
+         * AuditEntry
+         * @description One admin action or key change; never a secret
+         */
+        AuditEntry: {
+            /**
+             * @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete
+             * @enum {string}
+             */
+            action: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
+            actor: {
+                /** @description The user that key acts as */
+                address: string;
+                /** @description The key id that made the request */
+                key: string;
+            } | "cli";
+            /**
+             * Format: date-time
+             * @description ISO 8601 UTC with milliseconds
+             */
+            at: string;
+            /** @description The entry id: a decimal string, larger for later entries */
+            id: string;
+            /** @description The client's IP address (as TRUST_PROXY reads it); null for the CLI */
+            ip: string | null;
+            /** @description The X-Request-Id of the request; null for the CLI */
+            requestId: string | null;
+            /** @description What was acted on: a user address, a key id (key_…) or a webhook id (whk_…) */
+            target: string;
+        };
+        /** AuditList */
+        AuditList: {
+            /** @description Newest first: one page of at most `limit` entries */
+            entries: components["schemas"]["AuditEntry"][];
+            /** @description Pass as cursor for the next page; null on the last */
+            nextCursor: string | null;
+        };
         /** Conversation */
         Conversation: {
             lastMessage: components["schemas"]["Message"];
@@ -1476,6 +1533,107 @@ export interface operations {
             503: {
                 headers: {
                     "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    adminListAudit: {
+        parameters: {
+            query?: {
+                /** @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete */
+                action?: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
+                /** @description A key id (key_…), a user address (what any of its keys did), or `cli` (what the operator CLI did) */
+                actor?: string;
+                /** @description nextCursor of the previous page */
+                cursor?: string;
+                limit?: number;
+                /** @description A user address, key id or webhook id */
+                target?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditList"];
+                };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {

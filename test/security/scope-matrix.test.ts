@@ -51,7 +51,8 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'POST /v2/admin/keys': 'admin',
   'GET /v2/admin/keys': 'admin',
   'POST /v2/admin/keys/{keyId}': 'admin',
-  'DELETE /v2/admin/keys/{keyId}': 'admin'
+  'DELETE /v2/admin/keys/{keyId}': 'admin',
+  'GET /v2/admin/audit': 'admin'
 }
 
 type Kind = 'read' | 'send' | 'admin' | 'expired' | 'deactivated'

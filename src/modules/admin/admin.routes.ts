@@ -4,6 +4,7 @@ import type { Db } from '../../db/client.js'
 import { NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, normalizeAddress } from '../../ids.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
+import { audited, requestSource, userChangeActions } from '../audit/audit.service.js'
 import type { Authenticator } from '../keys/authenticator.js'
 import { createKeysRepository, toKey } from '../keys/keys.repository.js'
 import { isKeyId, KeySchema } from '../keys/keys.schemas.js'
@@ -52,7 +53,11 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       body: CreateUserBody,
       response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 409) }
     }
-  }, async (req) => toAdminUser(await users.create({ address: req.body.address, displayName: req.body.displayName })))
+  }, async (req) => toAdminUser(await audited(db, requestSource(req), async (tx, record) => {
+    const row = await createUsersRepository(tx).create({ address: req.body.address, displayName: req.body.displayName })
+    await record('user.create', row.address)
+    return row
+  })))
 
   app.get('/admin/users', {
     schema: {
@@ -96,8 +101,12 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) }
     }
   }, async (req) => {
-    const row = await users.update(req.params.user, req.body)
-    if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
+    const row = await audited(db, requestSource(req), async (tx, record) => {
+      const row = await createUsersRepository(tx).update(req.params.user, req.body)
+      if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
+      for (const action of userChangeActions(req.body)) await record(action, row.address)
+      return row
+    })
     authenticator.clear()
     return toAdminUser(row)
   })
@@ -135,7 +144,10 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
   }, async (req, reply) => {
     const address = normalizeAddress(req.params.user)
     if (await users.find(address) === undefined) throw new NotFound('user', address)
-    if (!await webhooks.remove(address, req.params.id)) throw new NotFound('webhook', req.params.id)
+    await audited(db, requestSource(req), async (tx, record) => {
+      if (!await createWebhooksRepository(tx).remove(address, req.params.id)) throw new NotFound('webhook', req.params.id)
+      await record('webhook.delete', req.params.id)
+    })
     return reply.code(204).send()
   })
 
@@ -151,9 +163,14 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
   }, async (req) => {
     const address = normalizeAddress(req.body.address)
     if (await users.find(address) === undefined) throw new NotFound('user', address)
-    const created = await keys.create(address, req.body.dailyQuota ?? null, {
-      ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),
-      expiresAt: future(req.body.expiresAt, 'expiresAt') ?? null
+    const expiresAt = future(req.body.expiresAt, 'expiresAt') ?? null
+    const created = await audited(db, requestSource(req), async (tx, record) => {
+      const created = await createKeysRepository(tx).create(address, req.body.dailyQuota ?? null, {
+        ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),
+        expiresAt
+      })
+      await record('key.create', created.keyId)
+      return created
     })
     return { ...toKey(created.key), secret: created.secret }
   })
@@ -190,10 +207,16 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       response: { 200: KeySchema, ...errorResponses(...ADMIN_ERRORS, 404) }
     }
   }, async (req) => {
-    const key = await keys.update(req.params.keyId, {
+    const changes = {
       ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),
       ...(req.body.dailyQuota === undefined ? {} : { dailyQuota: req.body.dailyQuota }),
       ...(req.body.expiresAt === undefined ? {} : { expiresAt: future(req.body.expiresAt, 'expiresAt') ?? null })
+    }
+    const key = await audited(db, requestSource(req), async (tx, record) => {
+      const key = await createKeysRepository(tx).update(req.params.keyId, changes)
+      // A body that changes nothing changes nothing to record.
+      if (Object.keys(changes).length > 0) await record('key.update', key.id)
+      return key
     })
     authenticator.clear()
     return toKey(key)
@@ -210,7 +233,10 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       response: { 204: NoContent, ...errorResponses(...ADMIN_ERRORS, 404) }
     }
   }, async (req, reply) => {
-    await keys.revoke(req.params.keyId)
+    await audited(db, requestSource(req), async (tx, record) => {
+      await createKeysRepository(tx).revoke(req.params.keyId)
+      await record('key.revoke', req.params.keyId)
+    })
     authenticator.clear()
     return reply.code(204).send()
   })

@@ -4,6 +4,7 @@ import type { Db } from '../../db/client.js'
 import { AppError, Conflict, NotFound } from '../../errors.js'
 import { newId } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
+import { audited, requestSource } from '../audit/audit.service.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import type { WebhookDispatcher } from './webhook-dispatcher.js'
 import type { SecretBox } from './webhook-secrets.js'
@@ -64,8 +65,13 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
       warned = true
       req.log.warn('webhook signing secrets are stored unsealed (WEBHOOK_ALLOW_PRIVATE=true, development): set WEBHOOK_SECRETS_KEY to seal them')
     }
-    const created = await webhooks.create({ id, address: me, keyId, url: url.href, events: req.body.events ?? null, secret: secrets.seal(id, secret) }, MAX_WEBHOOKS_PER_USER)
-    if (created === undefined) throw tooMany(me)
+    const sealed = secrets.seal(id, secret)
+    const created = await audited(db, requestSource(req), async (tx, record) => {
+      const created = await createWebhooksRepository(tx).create({ id, address: me, keyId, url: url.href, events: req.body.events ?? null, secret: sealed }, MAX_WEBHOOKS_PER_USER)
+      if (created === undefined) throw tooMany(me)
+      await record('webhook.create', created.id)
+      return created
+    })
     dispatcher.watch(me)
     return { ...toWebhook(created), secret }
   })
@@ -88,7 +94,10 @@ export const webhooksRoutes: FastifyPluginAsyncTypebox<WebhooksRoutesOptions> = 
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 404) }
     }
   }, async (req, reply) => {
-    if (!await webhooks.remove(principalOf(req).address, req.params.id)) throw new NotFound('webhook', req.params.id)
+    await audited(db, requestSource(req), async (tx, record) => {
+      if (!await createWebhooksRepository(tx).remove(principalOf(req).address, req.params.id)) throw new NotFound('webhook', req.params.id)
+      await record('webhook.delete', req.params.id)
+    })
     return reply.code(204).send()
   })
 
