@@ -27,6 +27,9 @@ export const messages = pgTable('messages', {
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
   index('messages_recipient_created_idx').on(t.recipient, t.createdAt),
+  // Retention (MESSAGE_RETENTION_DAYS): each purge batch takes the oldest few hundred from its
+  // start, rather than reading the table; new rows go at its end, the cheapest insert a btree has.
+  index('messages_created_idx').on(t.createdAt),
   // A conversation's history in id order (GET /conversations/{peer}/messages): a 1:1
   // conversation is two runs of this index, one each way; a group's, the caller's own run and
   // the group's below. A page reads about its own length of each.
