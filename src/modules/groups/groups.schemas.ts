@@ -55,7 +55,13 @@ export const CreateGroupBody = Type.Object({
 
 export const UpdateGroupBody = Type.Object({
   name: Type.Optional(GroupName),
-  retentionDays: Type.Optional(Type.Union([RetentionDays, Type.Null()], {
+  // One schema with `nullable`, not a union with null: Ajv's coercion turned 0 (or false) into
+  // null in the union's null branch, and a refused 0 would have cleared the retention instead.
+  retentionDays: Type.Optional(Type.Unsafe<number | null>({
+    type: 'integer',
+    nullable: true,
+    minimum: 1,
+    maximum: 36_500,
     description: 'Days the group\'s messages are kept (1-36500), when shorter than the service\'s MESSAGE_RETENTION_DAYS; null clears it'
   }))
 })
