@@ -5,7 +5,7 @@ import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.j
 import { CreateGroupBody, GroupParams, GroupSchema, MembersBody, UpdateGroupBody, type Group, type StoredGroup } from './groups.schemas.js'
 import { addGroupMembers, createGroup, deleteGroup, readGroup, removeGroupMembers, updateGroup, withRetention } from './groups.service.js'
 
-export interface GroupsRoutesOptions {
+interface GroupsRoutesOptions {
   db: Db
   maxGroupMembers: number
   /** MESSAGE_RETENTION_DAYS: a group's effectiveRetentionDays is the shorter of it and the group's own. */

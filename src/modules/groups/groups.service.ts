@@ -43,7 +43,7 @@ function requireRoom (count: number, maxMembers: number): void {
 }
 
 /** The retention that applies to a group's messages: the shorter of its own and the service's (null, undefined: none). */
-export function effectiveRetention (own: number | null, service: number | undefined): number | null {
+function effectiveRetention (own: number | null, service: number | undefined): number | null {
   if (own === null) return service ?? null
   return service === undefined ? own : Math.min(own, service)
 }
@@ -86,7 +86,7 @@ export async function readGroup (db: Db, id: string, address: string): Promise<S
 }
 
 /** What POST /group/{id} may change: each field given is set (retentionDays null clears it). */
-export interface GroupChanges {
+interface GroupChanges {
   name?: string | undefined
   retentionDays?: number | null | undefined
 }

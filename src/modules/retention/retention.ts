@@ -35,7 +35,7 @@ export interface RetentionResult {
   messages: number
 }
 
-export interface RetentionOptions {
+interface RetentionOptions {
   /** MESSAGE_RETENTION_DAYS; undefined: only groups with a retention of their own lose messages. */
   messageRetentionDays?: number | undefined
   /** Purge at most this many message batches in this sweep; the next sweep goes on from there. */
@@ -50,7 +50,8 @@ export interface RetentionOptions {
  * Purges what the contract says is kept only for a while: events every active key of their
  * user has acknowledged (and its webhooks have sent), events the bot took after 7 days, any
  * event after 30, Idempotency-Keys after 24 h, quota counts of past days, upload chunks
- * no send claimed within STAGED_TTL_MS, audit log entries after `auditRetentionDays`. Every instance
+ * no send claimed within STAGED_TTL_MS, audit log entries after `auditRetentionDays`, messages
+ * past MESSAGE_RETENTION_DAYS or their group's own retention (purgeMessages). Every instance
  * tries on a timer; a transaction-scoped advisory lock keeps sweeps from overlapping, and a
  * row recording the last sweep lets only the first instance of each period do the work.
  */
@@ -118,7 +119,7 @@ function rest (ms: number, signal: AbortSignal | undefined): Promise<void> {
   })
 }
 
-export interface RetentionSettings {
+interface RetentionSettings {
   auditRetentionDays: number
   messageRetentionDays: number | undefined
 }
