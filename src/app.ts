@@ -65,7 +65,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
   // Background work. preClose hooks run in the order they are added: the closing flag, then the
   // retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
   await app.register(shutdownPlugin)
-  await app.register(retentionPlugin, { db: database.db, auditRetentionDays: config.auditRetentionDays })
+  await app.register(retentionPlugin, { db: database.db, auditRetentionDays: config.auditRetentionDays, messageRetentionDays: config.messageRetentionDays })
   await app.register(eventBusPlugin, { database })
   // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
   // against one per-key cap.
@@ -108,16 +108,16 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
       config: { public: true },
       schema: { hide: true }
     }, async () => app.swagger())
-    await v2.register(usersRoutes, { db: database.db })
+    await v2.register(usersRoutes, { db: database.db, messageRetentionDays: config.messageRetentionDays })
     await v2.register(messagesRoutes, {
       db: database.db, maxBodyChars: config.maxBodyChars, editWindowSeconds: config.messageEditWindowSeconds, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
     await v2.register(eventsRoutes, { db: database.db, reads: app.reads, metrics: app.metrics, feed })
     await v2.register(eventStreamRoutes, { db: database.db, feed, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000 })
-    await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers })
+    await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers, messageRetentionDays: config.messageRetentionDays })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })
-    await v2.register(searchRoutes, { reads: app.reads })
+    await v2.register(searchRoutes, { reads: app.reads, messageRetentionDays: config.messageRetentionDays })
     await v2.register(conversationsRoutes, { db: database.db, reads: app.reads })
     await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
     await v2.register(auditRoutes, { db: database.db })

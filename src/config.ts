@@ -59,6 +59,8 @@ const ConfigSchema = Type.Object({
   REQUEST_TIMEOUT_SECONDS: Int(1, 3600, 60, 'an integer number of seconds from 1 to 3600'),
   MAX_GROUP_MEMBERS: Int(1, 100_000, 1_000, 'an integer from 1 to 100000'),
   AUDIT_RETENTION_DAYS: Int(1, 36_500, 365, 'an integer number of days from 1 to 36500'),
+  // Unset: messages are kept until deleted.
+  MESSAGE_RETENTION_DAYS: Type.Optional(Type.Integer({ minimum: 1, maximum: 36_500, description: 'an integer number of days from 1 to 36500' })),
   WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
     default: 'false',
     description: 'true or false: whether webhooks may target private, loopback and link-local addresses, and plain http://'
@@ -119,6 +121,8 @@ export interface Config {
   maxGroupMembers: number
   /** Days an audit log entry is kept; retention purges older ones. */
   auditRetentionDays: number
+  /** Days a message is kept before retention purges it (a group may keep its own for less); undefined: until deleted. */
+  messageRetentionDays: number | undefined
   /** Webhooks may target private, loopback and link-local addresses, and http:// (development). */
   webhookAllowPrivate: boolean
   /** Seals webhook signing secrets at rest (AES-256-GCM); unset stores them as they are. */
@@ -224,6 +228,7 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     requestTimeoutSeconds: e.REQUEST_TIMEOUT_SECONDS,
     maxGroupMembers: e.MAX_GROUP_MEMBERS,
     auditRetentionDays: e.AUDIT_RETENTION_DAYS,
+    messageRetentionDays: e.MESSAGE_RETENTION_DAYS,
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookSecretsKey: e.WEBHOOK_SECRETS_KEY === undefined ? undefined : Buffer.from(e.WEBHOOK_SECRETS_KEY, 'hex'),
     testBotAddress: e.TEST_BOT_ADDRESS

@@ -336,15 +336,15 @@ export type paths = {
         };
         /**
          * Read a group
-         * @description Members only.
+         * @description Members only. retentionDays is the group's own retention; effectiveRetentionDays what applies to its messages: the shorter of that and MESSAGE_RETENTION_DAYS.
          */
         get: operations["getGroup"];
         put?: never;
         /**
-         * Rename a group
-         * @description Owner only. Every member gets group.updated.
+         * Rename a group, or set how long its messages are kept
+         * @description Owner only. name renames it; retentionDays (1-36500, null to clear) purges its messages once older than that many days, when shorter than the service's MESSAGE_RETENTION_DAYS (the shorter of the two applies: effectiveRetentionDays). At least one of the two. Every member gets group.updated.
          */
-        post: operations["renameGroup"];
+        post: operations["updateGroup"];
         /**
          * Delete a group
          * @description Owner only. Every member gets group.deleted.
@@ -759,7 +759,7 @@ export type paths = {
         };
         /**
          * The user and key behind the credentials
-         * @description Not in SPEC.md: like Matrix's /account/whoami or Slack's auth.test, it lets a client that holds only a key id and secret (the web console, for one) learn whose key it is. 401 for bad credentials, as everywhere.
+         * @description Not in SPEC.md: like Matrix's /account/whoami or Slack's auth.test, it lets a client that holds only a key id and secret (the web console, for one) learn whose key it is. 401 for bad credentials, as everywhere. retentionDays: how many days the service keeps a message (MESSAGE_RETENTION_DAYS), null while it keeps them until deleted; a group may keep its own for less (GET /group/{id}: effectiveRetentionDays).
          */
         get: operations["whoami"];
         put?: never;
@@ -958,6 +958,8 @@ export type components = {
              * @description ISO 8601 UTC with milliseconds
              */
             createdAt: string;
+            /** @description Days this group's messages are kept before they are purged: the shorter of retentionDays and the service's (GET /whoami retentionDays); null: kept until deleted */
+            effectiveRetentionDays: number | null;
             /** @description grp_… */
             id: string;
             /** @description Addresses, the owner included */
@@ -965,6 +967,8 @@ export type components = {
             name: string;
             /** @description Address of the owner */
             owner: string;
+            /** @description Days this group's messages are kept, as its owner set it; null: none of its own */
+            retentionDays: number | null;
             /**
              * Format: date-time
              * @description ISO 8601 UTC with milliseconds
@@ -1433,6 +1437,8 @@ export type components = {
             };
             /** @description Same as key.id (kept for clients written before key) */
             keyId: string;
+            /** @description Days a message is kept before it is purged (MESSAGE_RETENTION_DAYS); null: until deleted. A group may keep its messages for less: its effectiveRetentionDays */
+            retentionDays: number | null;
             user: components["schemas"]["User"];
         };
     };
@@ -3580,7 +3586,7 @@ export interface operations {
             };
         };
     };
-    renameGroup: {
+    updateGroup: {
         parameters: {
             query?: never;
             header?: never;
@@ -3594,7 +3600,9 @@ export interface operations {
             content: {
                 "application/json": {
                     /** @description 1-100 characters */
-                    name: string;
+                    name?: string;
+                    /** @description Days the group's messages are kept (1-36500), when shorter than the service's MESSAGE_RETENTION_DAYS; null clears it */
+                    retentionDays?: number | null;
                 };
             };
         };

@@ -248,6 +248,16 @@ export function createEventsRepository (db: Db) {
     },
 
     /**
+     * Every event about these messages, whatever its type (their bodies in message.received
+     * and message.edited, their ids in message.status and message.reaction): for retention,
+     * which purges the messages without a trace in any feed.
+     */
+    async eraseMessages (messageIds: string[]): Promise<void> {
+      if (messageIds.length === 0) return
+      await db.delete(events).where(sql`${events.messageId} = ANY(${sql.param(messageIds)}::text[])`)
+    },
+
+    /**
      * Retention: an event every active key of its user has acknowledged (while the user has
      * one; no webhook of the user still to send it), one the service took 7 days ago, any event
      * after 30 days, lapsed typing at once; then acknowledgements of events no longer there.

@@ -3,15 +3,16 @@ import type { Db } from '../../db/client.js'
 import { likePattern } from '../../db/like.js'
 import { newId } from '../../ids.js'
 import { users } from '../users/users.table.js'
-import type { Group } from './groups.schemas.js'
+import type { StoredGroup } from './groups.schemas.js'
 import { groupMembers, groups, type GroupRow } from './groups.table.js'
 
-export function toGroup (row: GroupRow, members: string[]): Group {
+export function toGroup (row: GroupRow, members: string[]): StoredGroup {
   return {
     id: row.id,
     name: row.name,
     owner: row.owner,
     members,
+    retentionDays: row.retentionDays,
     createdAt: row.createdAt.toISOString(),
     updatedAt: row.updatedAt.toISOString()
   }
@@ -22,7 +23,7 @@ export const GROUP_LOCK_CLASS = 0x67727020
 
 export function createGroupsRepository (db: Db) {
   return {
-    async create (name: string, owner: string, members: string[]): Promise<Group> {
+    async create (name: string, owner: string, members: string[]): Promise<StoredGroup> {
       const [row] = await db.insert(groups).values({ id: newId('grp'), name, owner }).returning()
       const all = [...new Set([owner, ...members])].sort()
       await db.insert(groupMembers).values(all.map((address) => ({ groupId: row!.id, address })))
@@ -83,12 +84,17 @@ export function createGroupsRepository (db: Db) {
       return row !== undefined
     },
 
-    async view (row: GroupRow): Promise<Group> {
+    async view (row: GroupRow): Promise<StoredGroup> {
       return toGroup(row, await this.members(row.id))
     },
 
-    async rename (id: string, name: string): Promise<GroupRow> {
-      const [row] = await db.update(groups).set({ name, updatedAt: sql`now()` }).where(eq(groups.id, id)).returning()
+    /** Renames the group and/or sets its retention (null clears it): what `changes` gives. */
+    async update (id: string, changes: { name?: string | undefined, retentionDays?: number | null | undefined }): Promise<GroupRow> {
+      const [row] = await db.update(groups).set({
+        ...(changes.name === undefined ? {} : { name: changes.name }),
+        ...(changes.retentionDays === undefined ? {} : { retentionDays: changes.retentionDays }),
+        updatedAt: sql`now()`
+      }).where(eq(groups.id, id)).returning()
       return row!
     },
 

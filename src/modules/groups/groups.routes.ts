@@ -2,11 +2,19 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Db } from '../../db/client.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
-import { CreateGroupBody, GroupParams, GroupSchema, MembersBody, RenameGroupBody } from './groups.schemas.js'
-import { addGroupMembers, createGroup, deleteGroup, readGroup, removeGroupMembers, renameGroup } from './groups.service.js'
+import { CreateGroupBody, GroupParams, GroupSchema, MembersBody, UpdateGroupBody, type Group, type StoredGroup } from './groups.schemas.js'
+import { addGroupMembers, createGroup, deleteGroup, readGroup, removeGroupMembers, updateGroup, withRetention } from './groups.service.js'
 
-export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: number }> = async (app, { db, maxGroupMembers }) => {
+interface GroupsRoutesOptions {
+  db: Db
+  maxGroupMembers: number
+  /** MESSAGE_RETENTION_DAYS: a group's effectiveRetentionDays is the shorter of it and the group's own. */
+  messageRetentionDays: number | undefined
+}
+
+export const groupsRoutes: FastifyPluginAsyncTypebox<GroupsRoutesOptions> = async (app, { db, maxGroupMembers, messageRetentionDays }) => {
   const answers = (...statuses: number[]) => ({ 200: GroupSchema, ...errorResponses(...AUTHENTICATED_ERRORS, ...statuses) })
+  const answer = async (group: Promise<StoredGroup>): Promise<Group> => withRetention(await group, messageRetentionDays)
 
   app.post('/group', {
     config: { admission: 'heavy' },
@@ -18,24 +26,34 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: CreateGroupBody,
       response: answers(404)
     }
-  }, async (req) => createGroup(db, maxGroupMembers, principalOf(req).address, req.body.name, req.body.members ?? []))
+  }, async (req) => answer(createGroup(db, maxGroupMembers, principalOf(req).address, req.body.name, req.body.members ?? [])))
 
   app.get('/group/:group', {
-    schema: { operationId: 'getGroup', tags: ['groups'], summary: 'Read a group', description: 'Members only.', params: GroupParams, response: answers(403, 404) }
-  }, async (req) => readGroup(db, req.params.group, principalOf(req).address))
+    schema: {
+      operationId: 'getGroup',
+      tags: ['groups'],
+      summary: 'Read a group',
+      description: 'Members only. retentionDays is the group\'s own retention; effectiveRetentionDays what applies to its messages: ' +
+        'the shorter of that and MESSAGE_RETENTION_DAYS.',
+      params: GroupParams,
+      response: answers(403, 404)
+    }
+  }, async (req) => answer(readGroup(db, req.params.group, principalOf(req).address)))
 
   app.post('/group/:group', {
     config: { admission: 'heavy' },
     schema: {
-      operationId: 'renameGroup',
+      operationId: 'updateGroup',
       tags: ['groups'],
-      summary: 'Rename a group',
-      description: 'Owner only. Every member gets group.updated.',
+      summary: 'Rename a group, or set how long its messages are kept',
+      description: 'Owner only. name renames it; retentionDays (1-36500, null to clear) purges its messages once older than that ' +
+        'many days, when shorter than the service\'s MESSAGE_RETENTION_DAYS (the shorter of the two applies: effectiveRetentionDays). ' +
+        'At least one of the two. Every member gets group.updated.',
       params: GroupParams,
-      body: RenameGroupBody,
+      body: UpdateGroupBody,
       response: answers(403, 404)
     }
-  }, async (req) => renameGroup(db, req.params.group, principalOf(req).address, req.body.name))
+  }, async (req) => answer(updateGroup(db, req.params.group, principalOf(req).address, req.body)))
 
   app.delete('/group/:group', {
     config: { admission: 'heavy' },
@@ -63,7 +81,7 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: MembersBody,
       response: answers(403, 404)
     }
-  }, async (req) => addGroupMembers(db, maxGroupMembers, req.params.group, principalOf(req).address, req.body.members))
+  }, async (req) => answer(addGroupMembers(db, maxGroupMembers, req.params.group, principalOf(req).address, req.body.members)))
 
   app.post('/group/:group/members/remove', {
     config: { admission: 'heavy' },
@@ -77,5 +95,5 @@ export const groupsRoutes: FastifyPluginAsyncTypebox<{ db: Db, maxGroupMembers: 
       body: MembersBody,
       response: answers(403, 404)
     }
-  }, async (req) => removeGroupMembers(db, req.params.group, principalOf(req).address, req.body.members))
+  }, async (req) => answer(removeGroupMembers(db, req.params.group, principalOf(req).address, req.body.members)))
 }

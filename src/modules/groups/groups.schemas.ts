@@ -2,16 +2,29 @@ import { Type, type Static } from 'typebox'
 import { GROUP_ID_PATTERN } from '../../ids.js'
 import { AddressParam, Timestamp } from '../../schemas.js'
 
+/** A number of days a message is kept: 1 to 100 years. */
+export const RetentionDays = Type.Integer({ minimum: 1, maximum: 36_500 })
+
 export const GroupSchema = Type.Object({
   id: Type.String({ description: 'grp_…' }),
   name: Type.String(),
   owner: Type.String({ description: 'Address of the owner' }),
   members: Type.Array(Type.String(), { description: 'Addresses, the owner included' }),
+  retentionDays: Type.Union([RetentionDays, Type.Null()], {
+    description: 'Days this group\'s messages are kept, as its owner set it; null: none of its own'
+  }),
+  effectiveRetentionDays: Type.Union([RetentionDays, Type.Null()], {
+    description: 'Days this group\'s messages are kept before they are purged: the shorter of retentionDays and the ' +
+      'service\'s (GET /whoami retentionDays); null: kept until deleted'
+  }),
   createdAt: Timestamp,
   updatedAt: Timestamp
 }, { title: 'Group' })
 
 export type Group = Static<typeof GroupSchema>
+
+/** A group as stored: what applies to it besides (effectiveRetentionDays) depends on the service's setting. */
+export type StoredGroup = Omit<Group, 'effectiveRetentionDays'>
 
 /**
  * A group as group.created and group.updated carry it (API.md §13): without its member list,
@@ -40,6 +53,17 @@ export const CreateGroupBody = Type.Object({
   members: Type.Optional(Members)
 })
 
-export const RenameGroupBody = Type.Object({ name: GroupName })
+export const UpdateGroupBody = Type.Object({
+  name: Type.Optional(GroupName),
+  // One schema with `nullable`, not a union with null: Ajv's coercion turned 0 (or false) into
+  // null in the union's null branch, and a refused 0 would have cleared the retention instead.
+  retentionDays: Type.Optional(Type.Unsafe<number | null>({
+    type: 'integer',
+    nullable: true,
+    minimum: 1,
+    maximum: 36_500,
+    description: 'Days the group\'s messages are kept (1-36500), when shorter than the service\'s MESSAGE_RETENTION_DAYS; null clears it'
+  }))
+})
 
 export const MembersBody = Type.Object({ members: Type.Array(AddressParam, { minItems: 1, maxItems: 1000 }) })

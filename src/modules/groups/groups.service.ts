@@ -5,7 +5,7 @@ import { createEventsRepository, type EventOf } from '../events/events.repositor
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createUsersRepository } from '../users/users.repository.js'
 import { createGroupsRepository, type GroupsRepository } from './groups.repository.js'
-import type { Group, GroupSummary } from './groups.schemas.js'
+import type { Group, GroupSummary, StoredGroup } from './groups.schemas.js'
 import type { GroupRow } from './groups.table.js'
 import { normalizeAddress } from '../../ids.js'
 
@@ -42,8 +42,19 @@ function requireRoom (count: number, maxMembers: number): void {
   }
 }
 
+/** The retention that applies to a group's messages: the shorter of its own and the service's (null, undefined: none). */
+function effectiveRetention (own: number | null, service: number | undefined): number | null {
+  if (own === null) return service ?? null
+  return service === undefined ? own : Math.min(own, service)
+}
+
+/** A stored group as the API answers it, under the service's MESSAGE_RETENTION_DAYS (`service`). */
+export function withRetention (group: StoredGroup, service: number | undefined): Group {
+  return { ...group, effectiveRetentionDays: effectiveRetention(group.retentionDays, service) }
+}
+
 /** The group as group.created and group.updated carry it: no member list (API.md §13). */
-function summary (group: Group): GroupSummary {
+function summary (group: StoredGroup): GroupSummary {
   return { id: group.id, name: group.name, owner: group.owner, memberCount: group.members.length, createdAt: group.createdAt }
 }
 
@@ -58,7 +69,7 @@ async function tell (db: Db, addresses: string[], event: EventOf): Promise<void>
  */
 
 /** A new group; the owner is a member. Every member gets group.created. */
-export async function createGroup (db: Db, maxMembers: number, owner: string, name: string, members: string[]): Promise<Group> {
+export async function createGroup (db: Db, maxMembers: number, owner: string, name: string, members: string[]): Promise<StoredGroup> {
   const unique = new Set([owner, ...members.map(normalizeAddress)])
   requireRoom(unique.size, maxMembers)
   return transaction(db, async (tx) => {
@@ -69,17 +80,29 @@ export async function createGroup (db: Db, maxMembers: number, owner: string, na
 }
 
 /** A group, for its members. */
-export async function readGroup (db: Db, id: string, address: string): Promise<Group> {
+export async function readGroup (db: Db, id: string, address: string): Promise<StoredGroup> {
   const groups = createGroupsRepository(db)
   return groups.view(await memberGroup(groups, id, address))
 }
 
-/** The owner renames the group; every member gets group.updated. */
-export async function renameGroup (db: Db, id: string, address: string, name: string): Promise<Group> {
+/** What POST /group/{id} may change: each field given is set (retentionDays null clears it). */
+interface GroupChanges {
+  name?: string | undefined
+  retentionDays?: number | null | undefined
+}
+
+/**
+ * The owner renames the group, or sets how long its messages are kept; every member gets
+ * group.updated (whose messages the next purge may take).
+ */
+export async function updateGroup (db: Db, id: string, address: string, changes: GroupChanges): Promise<StoredGroup> {
+  if (changes.name === undefined && changes.retentionDays === undefined) {
+    throw new ValidationFailed('body: give name, retentionDays or both')
+  }
   return transaction(db, async (tx) => {
     const groups = createGroupsRepository(tx)
     await ownedGroup(groups, id, address)
-    const group = await groups.view(await groups.rename(id, name))
+    const group = await groups.view(await groups.update(id, changes))
     await tell(tx, group.members, { type: 'group.updated', data: { group: summary(group) } })
     return group
   })
@@ -99,7 +122,7 @@ export async function deleteGroup (db: Db, id: string, address: string): Promise
 }
 
 /** The owner adds users; when any is new, every member gets group.members_added with those. */
-export async function addGroupMembers (db: Db, maxMembers: number, id: string, address: string, addresses: string[]): Promise<Group> {
+export async function addGroupMembers (db: Db, maxMembers: number, id: string, address: string, addresses: string[]): Promise<StoredGroup> {
   return transaction(db, async (tx) => {
     const groups = createGroupsRepository(tx)
     await ownedGroup(groups, id, address)
@@ -115,7 +138,7 @@ export async function addGroupMembers (db: Db, maxMembers: number, id: string, a
 }
 
 /** The owner removes anyone but itself; a member removes only itself (leaving). */
-export async function removeGroupMembers (db: Db, id: string, address: string, addresses: string[]): Promise<Group> {
+export async function removeGroupMembers (db: Db, id: string, address: string, addresses: string[]): Promise<StoredGroup> {
   return transaction(db, async (tx) => {
     const groups = createGroupsRepository(tx)
     const row = await memberGroup(groups, id, address, 'update')

@@ -40,3 +40,22 @@ export async function deleteMessage (db: Db, id: string, address: string): Promi
     await events.append(recipients.map((recipient) => ({ address: recipient, type: 'message.deleted', data: { message: id } })))
   })
 }
+
+/**
+ * Retention: one batch of at most `batch` messages past the retention that applies to them
+ * (MESSAGE_RETENTION_DAYS as `days`, or their group's own when shorter), erased as a sender's
+ * delete erases one and in the same order (the messages locked, then every feed's events
+ * about them, then the messages with their files, reactions, deliveries and search entries,
+ * then their metadata), in the caller's transaction. No message.deleted event: a purge of old
+ * messages is not news, and would flood every feed with one event per message. Answers how
+ * many messages it took.
+ */
+export async function purgeExpiredMessages (tx: Db, days: number | undefined, batch: number): Promise<number> {
+  const messages = createMessagesRepository(tx)
+  const ids = await messages.lockExpired(days, batch)
+  if (ids.length === 0) return 0
+  await createEventsRepository(tx).eraseMessages(ids)
+  const removed = await messages.removeMany(ids)
+  await createMetadataRepository(tx).remove(...ids)
+  return removed
+}

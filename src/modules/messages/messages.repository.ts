@@ -159,6 +159,43 @@ export function createMessagesRepository (db: Db) {
       return row === undefined ? undefined : row.recipients ?? []
     },
 
+    /**
+     * Retention: up to `limit` messages past the retention that applies to them, oldest first
+     * (`days`, MESSAGE_RETENTION_DAYS, for every message; a group's own retention_days for its
+     * messages when shorter), each locked until the caller's transaction ends. One locked by
+     * other work (an edit, a delete, a reaction) is left for a later batch, not waited for.
+     * Each part reads an index from its oldest end (messages_age_idx; a group's recipient and
+     * created_at), so a batch costs its own size, not the table's.
+     */
+    async lockExpired (days: number | undefined, limit: number): Promise<string[]> {
+      // messages_age_idx's expression (messages.table.ts): the purge's own index, from its oldest end.
+      const age = sql`(m.created_at AT TIME ZONE 'UTC')`
+      const byService = days === undefined
+        ? sql`SELECT NULL::text AS id WHERE false`
+        : sql`SELECT m.id FROM ${messages} m WHERE ${age} < (now() AT TIME ZONE 'UTC') - make_interval(days => ${days})
+          ORDER BY ${age} LIMIT ${limit}`
+      const byGroup = sql`SELECT old.id FROM groups g CROSS JOIN LATERAL (
+          SELECT m.id FROM ${messages} m WHERE m.recipient = g.id AND m.created_at < now() - make_interval(days => g.retention_days)
+          ORDER BY m.created_at LIMIT ${limit}) old
+        WHERE g.retention_days IS NOT NULL${days === undefined ? sql`` : sql` AND g.retention_days < ${days}`}
+        LIMIT ${limit}`
+      const rows = await queryRows<{ id: string }>(db, sql`
+        SELECT id FROM ${messages} WHERE id IN ((${byService}) UNION ALL (${byGroup}))
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED`)
+      return rows.map((r) => r.id)
+    },
+
+    /**
+     * Erases these messages for everyone, as remove() does one: rows, files, reactions (by
+     * cascade), delivery rows (by trigger) and search entries (their own column) go. Answers how
+     * many were there to delete.
+     */
+    async removeMany (ids: string[]): Promise<number> {
+      if (ids.length === 0) return 0
+      const gone = await db.delete(messages).where(sql`${messages.id} = ANY(${sql.param(ids)}::text[])`).returning({ id: messages.id })
+      return gone.length
+    },
+
     /** Hides the message from one recipient only. */
     async hide (id: string, recipient: string): Promise<void> {
       await db.update(deliveries).set({ hiddenAt: sql`now()` })

@@ -1,4 +1,4 @@
-import { eq } from 'drizzle-orm'
+import { eq, inArray } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { Metadata } from './metadata.schemas.js'
 import { metadata, type MetadataRow } from './metadata.table.js'
@@ -33,9 +33,10 @@ export function createMetadataRepository (db: Db) {
       return toMetadata(entity, { entity, data, updatedAt: now })
     },
 
-    /** Drops an entity's map; call it in the transaction that deletes the message or group. */
-    async remove (entity: string): Promise<void> {
-      await db.delete(metadata).where(eq(metadata.entity, entity))
+    /** Drops entities' maps; call it in the transaction that deletes the messages or group. */
+    async remove (...entities: string[]): Promise<void> {
+      if (entities.length === 0) return
+      await db.delete(metadata).where(entities.length === 1 ? eq(metadata.entity, entities[0]!) : inArray(metadata.entity, entities))
     }
   }
 }

@@ -6,7 +6,7 @@ import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { SearchBody, SearchResults } from './search.schemas.js'
 import { search } from './search.service.js'
 
-export const searchRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = async (app, { reads }) => {
+export const searchRoutes: FastifyPluginAsyncTypebox<{ reads: Reads, messageRetentionDays: number | undefined }> = async (app, { reads, messageRetentionDays }) => {
   app.post('/search', {
     config: { admission: 'heavy' },
     schema: {
@@ -26,6 +26,7 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ reads: Reads }> = async (
     types: req.body.types,
     with: req.body.with,
     limit: req.body.limit ?? 50,
-    cursor: req.body.cursor
+    cursor: req.body.cursor,
+    messageRetentionDays
   }, { arrivedAt: arrivalOf(reply) }))
 }

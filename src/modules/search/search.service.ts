@@ -7,6 +7,7 @@ import { pageBudget } from '../../page-budget.js'
 import { isAddress, isGroupId, isMessageId } from '../../ids.js'
 import { entityKind, visibleEntity } from '../entities.js'
 import { createGroupsRepository, toGroup } from '../groups/groups.repository.js'
+import { withRetention } from '../groups/groups.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createUsersRepository, toUser } from '../users/users.repository.js'
 import { prefixQuery, searchMessages, type Conversation } from './message-search.js'
@@ -19,6 +20,8 @@ export interface SearchInput {
   with?: string | undefined
   limit: number
   cursor?: string | undefined
+  /** MESSAGE_RETENTION_DAYS, for the groups found (their effectiveRetentionDays). */
+  messageRetentionDays?: number | undefined
 }
 
 /** The most one search may cost the database: its statements are cancelled past it (503). */
@@ -133,6 +136,6 @@ async function fetchType (
   const groups = createGroupsRepository(db)
   const rows = await groups.searchMine(input.viewer, input.query!, after === undefined ? undefined : { name: after[0]!, id: after[1]! }, limit)
   const results: SearchResult[] = []
-  for (const row of rows) results.push({ type: 'group', group: toGroup(row, await groups.members(row.id)) })
+  for (const row of rows) results.push({ type: 'group', group: withRetention(toGroup(row, await groups.members(row.id)), input.messageRetentionDays) })
   return { results, keys: rows.map((r) => [r.name, r.id]) }
 }

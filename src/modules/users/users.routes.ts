@@ -8,7 +8,7 @@ import { principalOf } from '../../plugins/auth.js'
 import { UserParams, UserSchema, WhoamiSchema } from './users.schemas.js'
 import { normalizeAddress } from '../../ids.js'
 
-export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { db }) => {
+export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db, messageRetentionDays: number | undefined }> = async (app, { db, messageRetentionDays }) => {
   const users = createUsersRepository(db)
   const keys = createKeysRepository(db)
 
@@ -33,7 +33,9 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
       tags: ['users'],
       summary: 'The user and key behind the credentials',
       description: 'Not in SPEC.md: like Matrix\'s /account/whoami or Slack\'s auth.test, it lets a client that holds only ' +
-        'a key id and secret (the web console, for one) learn whose key it is. 401 for bad credentials, as everywhere.',
+        'a key id and secret (the web console, for one) learn whose key it is. 401 for bad credentials, as everywhere. ' +
+        'retentionDays: how many days the service keeps a message (MESSAGE_RETENTION_DAYS), null while it keeps them until deleted; ' +
+        'a group may keep its own for less (GET /group/{id}: effectiveRetentionDays).',
       response: { 200: WhoamiSchema, ...errorResponses(...AUTHENTICATED_ERRORS) }
     }
   }, async (req) => {
@@ -50,7 +52,8 @@ export const usersRoutes: FastifyPluginAsyncTypebox<{ db: Db }> = async (app, { 
         lastUsedAt: key?.lastUsedAt?.toISOString() ?? null
       },
       keyId: principal.keyId,
-      dailyQuota: principal.dailyQuota
+      dailyQuota: principal.dailyQuota,
+      retentionDays: messageRetentionDays ?? null
     }
   })
 }

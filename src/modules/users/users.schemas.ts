@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { AddressParam, Timestamp } from '../../schemas.js'
+import { RetentionDays } from '../groups/groups.schemas.js'
 
 export const UserSchema = Type.Object({
   address: Type.String({ description: 'The user address, lower-case' }),
@@ -30,5 +31,9 @@ export const WhoamiSchema = Type.Object({
     lastUsedAt: Type.Union([Timestamp, Type.Null()], { description: 'Recorded at most once a minute' })
   }),
   keyId: Type.String({ description: 'Same as key.id (kept for clients written before key)' }),
-  dailyQuota: Type.Integer({ description: 'Same as key.dailyQuota (kept for clients written before key)' })
+  dailyQuota: Type.Integer({ description: 'Same as key.dailyQuota (kept for clients written before key)' }),
+  retentionDays: Type.Union([RetentionDays, Type.Null()], {
+    description: 'Days a message is kept before it is purged (MESSAGE_RETENTION_DAYS); null: until deleted. A group may keep its ' +
+      'messages for less: its effectiveRetentionDays'
+  })
 }, { title: 'Whoami' })

@@ -40,7 +40,7 @@ t.test('retention runs on one instance at a time', { skip: onlyPostgres }, async
   t.teardown(() => other.end())
   await other.query('BEGIN')
   await other.query('SELECT pg_advisory_xact_lock($1)', [0x70726574])
-  t.same(await purgeExpired(db), { ran: false, events: 0, auditEntries: 0 }, 'skipped while another sweep holds the lock')
+  t.same(await purgeExpired(db), { ran: false, events: 0, auditEntries: 0, messages: 0 }, 'skipped while another sweep holds the lock')
   await other.query('COMMIT')
   t.match(await purgeExpired(db), { ran: true })
 })

@@ -1,0 +1,73 @@
+import t from 'tap'
+import { connectPostgres } from '../../../src/db/client.js'
+import { MESSAGE_PURGE_BATCH, purgeExpired } from '../../../src/modules/retention/retention.js'
+import { build } from '../../helper.js'
+import { countRows, holdOffAppSweeps, insertOldMessages, rowsAbout } from './support.js'
+
+const RETENTION = { messageRetentionDays: 30 }
+
+t.test('a backlog larger than a batch is purged a batch per transaction; a sweep stopped after some batches is resumed by the next', async (t) => {
+  const { as, db } = await build(t, { env: { MESSAGE_RETENTION_DAYS: '30' } })
+  await holdOffAppSweeps(db)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const backlog = MESSAGE_PURGE_BATCH * 2 + 234
+  const old = await insertOldMessages(db, { label: 1, sender: 'alice', recipient: 'bob', readers: ['bob'], count: backlog, days: 40 })
+  const recent = await insertOldMessages(db, { label: 2, sender: 'alice', recipient: 'bob', readers: ['bob'], count: 10, days: 20 })
+  const fresh = (await alice.post('/v2/message', { recipient: 'bob', body: 'fresh' })).json().id as string
+  t.equal(await rowsAbout(db, 'deliveries', 'message_id', old), backlog)
+  t.equal(await rowsAbout(db, 'events', 'message_id', old), backlog)
+
+  // A sweep interrupted after one batch (as a kill between batches, or shutdown, leaves it).
+  t.match(await purgeExpired(db, 0, 365, { ...RETENTION, maxMessageBatches: 1 }), { ran: true, messages: MESSAGE_PURGE_BATCH })
+  t.equal(await rowsAbout(db, 'messages', 'id', old), backlog - MESSAGE_PURGE_BATCH, 'one batch went')
+  t.equal(await rowsAbout(db, 'messages', 'id', old.slice(-MESSAGE_PURGE_BATCH)), 0, 'the oldest first')
+  t.equal(await rowsAbout(db, 'deliveries', 'message_id', old), backlog - MESSAGE_PURGE_BATCH, 'with their deliveries')
+  t.equal(await rowsAbout(db, 'events', 'message_id', old), backlog - MESSAGE_PURGE_BATCH, 'and their events')
+
+  // An aborted sweep (shutdown) stops before its next batch.
+  const stopped = new AbortController()
+  stopped.abort()
+  t.match(await purgeExpired(db, 0, 365, { ...RETENTION, signal: stopped.signal }), { ran: true, messages: 0 })
+
+  const rest = await purgeExpired(db, 0, 365, RETENTION)
+  t.match(rest, { ran: true, messages: backlog - MESSAGE_PURGE_BATCH }, 'the next sweep takes the rest, batch after batch')
+  t.equal(await rowsAbout(db, 'messages', 'id', old), 0)
+  for (const table of ['deliveries', 'events', 'message_reactions']) t.equal(await rowsAbout(db, table, 'message_id', old), 0, `no ${table} row left of them`)
+  t.equal(await rowsAbout(db, 'messages', 'id', [...recent, fresh]), recent.length + 1, 'younger messages stay')
+  t.equal(await rowsAbout(db, 'deliveries', 'message_id', [...recent, fresh]), recent.length + 1)
+  t.equal((await bob.get('/v2/conversations/alice/messages?limit=200')).json().messages.length, recent.length + 1)
+  t.match(await purgeExpired(db, 0, 365, RETENTION), { messages: 0 }, 'then nothing')
+})
+
+t.test('two instances sweeping at once purge every message exactly once, without error', async (t) => {
+  const { as, db, url, logs } = await build(t, { env: { MESSAGE_RETENTION_DAYS: '30' } })
+  await holdOffAppSweeps(db)
+  await as('alice')
+  await as('bob')
+  await as('carol')
+  // Another process's pool on PostgreSQL (its own connections, its own lock attempts); PGlite
+  // is one connection per process, shared as a second instance there shares it.
+  const other = url === undefined ? undefined : await connectPostgres(url, 5)
+  t.teardown(async () => { await other?.close() })
+  const otherDb = other?.db ?? db
+  const backlog = MESSAGE_PURGE_BATCH * 4 + 17
+  const old = await insertOldMessages(db, { label: 3, sender: 'alice', recipient: 'bob', readers: ['bob'], count: backlog, days: 45 })
+  const before = await countRows(db, 'messages')
+
+  let purged = 0
+  let sweeps = 0
+  for (let round = 0; round < 20 && await rowsAbout(db, 'messages', 'id', old) > 0; round++) {
+    // Each instance stops after two batches, so the two keep overlapping until the backlog is done.
+    const both = await Promise.all([db, otherDb].map(async (on) => purgeExpired(on, 0, 365, { ...RETENTION, maxMessageBatches: 2 })))
+    for (const result of both) {
+      purged += result.messages
+      if (result.ran) sweeps++
+    }
+  }
+  t.equal(await rowsAbout(db, 'messages', 'id', old), 0, 'the whole backlog is gone')
+  t.equal(purged, backlog, 'and the counts add up to it: no message taken twice, none lost')
+  t.equal(await countRows(db, 'messages'), before - backlog, 'nothing else went')
+  t.ok(sweeps >= 3, `${sweeps} sweeps ran`)
+  t.notMatch(logs(), /retention sweep failed|"level":50/, 'no error logged')
+})
