@@ -1,4 +1,4 @@
-import { Type, type TSchema } from 'typebox'
+import { Type, type Static, type TSchema } from 'typebox'
 import { ERROR_CODES, type ErrorCode } from './errors.js'
 
 /** Shared wire schemas: the error body every non-2xx answer carries, and common fields. */
@@ -24,6 +24,15 @@ export const AddressParam = Type.String({
 })
 
 /** A 204 answer: nothing in the body. */
+/**
+ * A request field that takes `schema`'s values or null, as one schema (`nullable`), not a union
+ * with null: Ajv coerces inside a union's branches, so `0` (or `false`, or `""`) met the null
+ * branch and became null — an admin's daily quota of 0 became "the default".
+ */
+export function nullable<T extends TSchema> (schema: T, description: string) {
+  return Type.Unsafe<Static<T> | null>({ ...schema, nullable: true, description })
+}
+
 export const NoContent = Type.Unsafe<undefined>({ type: 'null', description: 'No content' })
 
 /**

@@ -1878,10 +1878,13 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description null: back to the configured default */
-                    dailyQuota?: (never | null) | number;
-                    /** @description null: never */
-                    expiresAt?: (never | null) | string;
+                    /** @description Messages per UTC day; null: back to the configured default */
+                    dailyQuota?: number | null;
+                    /**
+                     * Format: date-time
+                     * @description ISO 8601 UTC; null: never
+                     */
+                    expiresAt?: string | null;
                     /** @description Default: read and send */
                     scopes?: ("read" | "send" | "admin")[];
                 };

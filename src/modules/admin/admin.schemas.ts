@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { AddressParam, Timestamp } from '../../schemas.js'
+import { AddressParam, nullable, Timestamp } from '../../schemas.js'
 import { KeySchema, ScopeSchema } from '../keys/keys.schemas.js'
 import { AdminUserSchema } from '../users/users.schemas.js'
 
@@ -40,8 +40,8 @@ export const CreateKeyBody = Type.Object({
 
 export const UpdateKeyBody = Type.Object({
   scopes: Type.Optional(Scopes),
-  dailyQuota: Type.Optional(Type.Union([Type.Null(), DailyQuota], { description: 'null: back to the configured default' })),
-  expiresAt: Type.Optional(Type.Union([Type.Null(), Timestamp], { description: 'null: never' }))
+  dailyQuota: Type.Optional(nullable(DailyQuota, 'Messages per UTC day; null: back to the configured default')),
+  expiresAt: Type.Optional(nullable(Timestamp, 'ISO 8601 UTC; null: never'))
 }, { additionalProperties: false })
 
 export const KeyParams = Type.Object({

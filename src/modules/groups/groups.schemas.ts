@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { GROUP_ID_PATTERN } from '../../ids.js'
-import { AddressParam, Timestamp } from '../../schemas.js'
+import { AddressParam, nullable, Timestamp } from '../../schemas.js'
 
 /** A number of days a message is kept: 1 to 100 years. */
 export const RetentionDays = Type.Integer({ minimum: 1, maximum: 36_500 })
@@ -55,15 +55,7 @@ export const CreateGroupBody = Type.Object({
 
 export const UpdateGroupBody = Type.Object({
   name: Type.Optional(GroupName),
-  // One schema with `nullable`, not a union with null: Ajv's coercion turned 0 (or false) into
-  // null in the union's null branch, and a refused 0 would have cleared the retention instead.
-  retentionDays: Type.Optional(Type.Unsafe<number | null>({
-    type: 'integer',
-    nullable: true,
-    minimum: 1,
-    maximum: 36_500,
-    description: 'Days the group\'s messages are kept (1-36500), when shorter than the service\'s MESSAGE_RETENTION_DAYS; null clears it'
-  }))
+  retentionDays: Type.Optional(nullable(RetentionDays, 'Days the group\'s messages are kept (1-36500), when shorter than the service\'s MESSAGE_RETENTION_DAYS; null clears it'))
 })
 
 export const MembersBody = Type.Object({ members: Type.Array(AddressParam, { minItems: 1, maxItems: 1000 }) })

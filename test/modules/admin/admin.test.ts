@@ -56,6 +56,14 @@ t.test('the admin API manages users and keys, for admin keys only', async (t) =>
 
   const readOnly = await call('POST', `/v2/admin/keys/${key.json().keyId}`, { scopes: ['read'], dailyQuota: null })
   t.match(readOnly.json(), { scopes: ['read'], dailyQuota: null })
+  // 0 is a quota (no sends), not "the default"; "" and false are no expiry, not "never".
+  const blocked = await call('POST', `/v2/admin/keys/${key.json().keyId}`, { dailyQuota: 0 })
+  t.match(blocked.json(), { dailyQuota: 0 }, 'a daily quota of 0 is kept as 0')
+  for (const expiresAt of ['', false]) {
+    const bad = await call('POST', `/v2/admin/keys/${key.json().keyId}`, { expiresAt })
+    t.match(bad.json(), { statusCode: 400, message: /expiresAt/ }, `expiresAt ${JSON.stringify(expiresAt)} is refused, naming the field`)
+  }
+  t.match((await call('GET', '/v2/admin/keys?address=dana')).json().keys[0], { dailyQuota: 0, expiresAt: null }, 'and changed nothing')
   const refused = await app.inject({ method: 'POST', url: '/v2/message', headers: { authorization: dana, 'content-type': 'application/json' }, payload: JSON.stringify({ recipient: 'erin', body: 'again' }) })
   t.match(refused.json(), { statusCode: 403, code: 'FORBIDDEN', message: 'This API key lacks the send scope, which POST /v2/message needs' })
   t.equal((await app.inject({ method: 'GET', url: '/v2/user/erin', headers: { authorization: dana } })).statusCode, 200, 'reads still work')
