@@ -22,6 +22,7 @@ import { conversationsRoutes } from './modules/conversations/conversations.route
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
+import { exportRoutes } from './modules/export/export.routes.js'
 import { createFeedWaiting } from './modules/events/feed-waiting.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
@@ -121,6 +122,8 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
     await v2.register(conversationsRoutes, { db: database.db, reads: app.reads })
     await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
     await v2.register(auditRoutes, { db: database.db })
+    // Each export on PostgreSQL holds a connection for its whole download: a quarter of the pool.
+    await v2.register(exportRoutes, { database, maxExports: database.driver === 'pglite' ? 2 : Math.max(1, Math.floor(poolSize / 4)) })
     await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 

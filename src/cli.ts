@@ -1,6 +1,10 @@
-import { readFileSync } from 'node:fs'
+import { once } from 'node:events'
+import { createWriteStream, readFileSync } from 'node:fs'
+import { rm } from 'node:fs/promises'
+import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { ZipFile } from 'yazl'
 import { loadConfig, type Config } from './config.js'
 import { openDatabase, type Database, type DatabaseOptions } from './db/client.js'
 import { migrateDatabase, pendingMigrations } from './db/migrate.js'
@@ -8,6 +12,7 @@ import { isAddress, normalizeAddress } from './ids.js'
 import { createAuditRepository, toAuditEntry } from './modules/audit/audit.repository.js'
 import { AUDIT_ACTIONS, isAuditAction, type AuditEntry } from './modules/audit/audit.schemas.js'
 import { audited, CLI_SOURCE, userChangeActions } from './modules/audit/audit.service.js'
+import { cutArchive, runExport } from './modules/export/export.service.js'
 import { createKeysRepository, type ApiKey } from './modules/keys/keys.repository.js'
 import { isKeyId } from './modules/keys/keys.schemas.js'
 import { isScope, SCOPES } from './scopes.js'
@@ -22,6 +27,11 @@ const COMMANDS: Record<string, { usage: string, does: string, options: string[] 
   'user list': { usage: 'user list', does: 'list users', options: [] },
   'user deactivate': { usage: 'user deactivate <address>', does: 'stop a user\'s keys (401) and deliveries to it', options: [] },
   'user reactivate': { usage: 'user reactivate <address>', does: 'undo user deactivate', options: [] },
+  'user export': {
+    usage: 'user export <address> --output FILE',
+    does: 'write everything of a user\'s (messages, files, groups, roster, metadata, profile) into a zip, as GET /v2/admin/users/{user}/export',
+    options: ['output']
+  },
   'key create': {
     usage: 'key create <address> [--daily-quota N] [--scope S]…',
     does: 'create an API key (scopes read, send, admin; default read and send); prints its secret once',
@@ -160,6 +170,24 @@ function auditRow (entry: AuditEntry): string[] {
   return [entry.id, entry.at, actor, entry.action, entry.target, entry.requestId ?? '', entry.ip ?? '']
 }
 
+/** Writes `address`'s export to `path` (a new file: an existing one is refused), audited as the CLI's; its size in bytes. */
+async function exportToFile (database: Database, address: string, path: string): Promise<number> {
+  const file = createWriteStream(path, { flags: 'wx', mode: 0o600 })
+  await once(file, 'open')
+  const zip = new ZipFile()
+  const written = pipeline(zip.outputStream, file)
+  try {
+    await runExport(database, address, zip, CLI_SOURCE, () => {})
+    await written
+  } catch (err) {
+    cutArchive(zip)
+    await written.catch(() => {})
+    await rm(path, { force: true })
+    throw err
+  }
+  return file.bytesWritten
+}
+
 async function serve (config: Config): Promise<void> {
   // Loaded only here: the other commands need none of the HTTP stack.
   const { startService } = await import('./server.js')
@@ -189,6 +217,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       help: { type: 'boolean', short: 'h', default: false },
       version: { type: 'boolean', short: 'v', default: false },
       name: { type: 'string' },
+      output: { type: 'string', short: 'o' },
       'daily-quota': { type: 'string' },
       scope: { type: 'string', multiple: true },
       limit: { type: 'string' },
@@ -221,7 +250,7 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
     return
   }
   // An option another command takes is a mistake here, not something to ignore silently.
-  const stray = (['name', 'daily-quota', 'scope', 'limit', 'actor', 'action', 'target'] as const).find((option) => values[option] !== undefined && !spec.options.includes(option))
+  const stray = (['name', 'output', 'daily-quota', 'scope', 'limit', 'actor', 'action', 'target'] as const).find((option) => values[option] !== undefined && !spec.options.includes(option))
   if (stray !== undefined) throw new UsageError(`parley ${name} takes no --${stray}; usage: parley ${spec.usage}`)
   if ((name === 'serve' || name === 'migrate' || name === 'audit') && sub !== undefined) {
     throw new UsageError(`parley ${name} takes no arguments; usage: parley ${spec.usage}`)
@@ -281,6 +310,18 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       print(out, toAdminUser(row), deactivated
         ? `Deactivated ${address}: its keys are refused everywhere within 5 seconds and it receives nothing.`
         : `Reactivated ${address}.`)
+      return
+    }
+
+    case 'user export': {
+      const address = parseAddress(rest[0])
+      const output = values.output
+      if (output === undefined) throw new UsageError(`parley user export needs --output FILE; usage: parley ${spec.usage}`)
+      const bytes = await withDatabase(config, io, name, async (database) => {
+        if (await createUsersRepository(database.db).find(address) === undefined) throw new Error(`user ${address} not found`)
+        return exportToFile(database, address, output)
+      })
+      print(out, { address, output, bytes }, `Exported ${address} to ${output} (${(bytes / 2 ** 20).toFixed(1)} MiB).`)
       return
     }
 

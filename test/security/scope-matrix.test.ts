@@ -52,7 +52,9 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'GET /v2/admin/keys': 'admin',
   'POST /v2/admin/keys/{keyId}': 'admin',
   'DELETE /v2/admin/keys/{keyId}': 'admin',
-  'GET /v2/admin/audit': 'admin'
+  'GET /v2/admin/audit': 'admin',
+  'GET /v2/export': 'read',
+  'GET /v2/admin/users/{user}/export': 'admin'
 }
 
 type Kind = 'read' | 'send' | 'admin' | 'expired' | 'deactivated'

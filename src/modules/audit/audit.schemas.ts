@@ -8,7 +8,8 @@ import { AddressParam, Timestamp } from '../../schemas.js'
 export const AUDIT_ACTIONS = [
   'user.create', 'user.update', 'user.deactivate', 'user.reactivate',
   'key.create', 'key.update', 'key.revoke',
-  'webhook.create', 'webhook.delete'
+  'webhook.create', 'webhook.delete',
+  'user.export'
 ] as const
 
 export type AuditAction = typeof AUDIT_ACTIONS[number]
@@ -18,7 +19,8 @@ const AuditActionSchema = Type.Unsafe<AuditAction>({
   type: 'string',
   enum: [...AUDIT_ACTIONS],
   description: 'What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, ' +
-    'key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete'
+    'key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete, user.export (an export of the ' +
+    'user\'s data was started, by the user itself or by an admin)'
 })
 
 export const isAuditAction = (text: string): text is AuditAction => (AUDIT_ACTIONS as readonly string[]).includes(text)

@@ -11,45 +11,54 @@ export const KEY_WATCH_MS = 1_000
 /** Key ids per look-up: a bounded statement however many keys hold streams. */
 const IDS_PER_QUERY = 1_000
 
+/** The scope a watched request needs to go on: read for feeds and exports, admin for an admin's export. */
+type WatchedScope = 'read' | 'admin'
+
 /**
- * Keeps requests that outlive their authentication honest. `watch(keyId, onRefused)` calls
- * `onRefused` once, within KEY_WATCH_MS of the key being revoked, expiring, losing its read
- * scope or its user being deactivated (one query a tick for every key watched in this process).
+ * Keeps requests that outlive their authentication honest. `watch(keyId, onRefused, scope)`
+ * calls `onRefused` once, within KEY_WATCH_MS of the key being revoked, expiring, losing that
+ * scope (read by default) or its user being deactivated (one query a tick, a scope, for every
+ * key watched in this process).
  * Reads of the feed carry the key's check themselves (keyMayRead), so what the watch has not yet
  * noticed is never sent either.
  */
 export function createKeyWatch (db: Db, intervalMs = KEY_WATCH_MS, onError: (err: unknown) => void = () => {}) {
   const keys = createKeysRepository(db)
-  const watchers = new Map<string, Set<() => void>>()
+  // By scope, then key id.
+  const watchers = new Map<WatchedScope, Map<string, Set<() => void>>>([['read', new Map()], ['admin', new Map()]])
+  const watchedCount = () => watchers.get('read')!.size + watchers.get('admin')!.size
   let timer: NodeJS.Timeout | undefined
   let checking = false
 
-  async function readableOf (ids: string[]): Promise<Set<string>> {
+  async function acceptedOf (ids: string[], scope: WatchedScope): Promise<Set<string>> {
     const found = new Set<string>()
     for (let i = 0; i < ids.length; i += IDS_PER_QUERY) {
-      for (const id of await keys.readable(ids.slice(i, i + IDS_PER_QUERY))) found.add(id)
+      for (const id of await keys.accepted(ids.slice(i, i + IDS_PER_QUERY), scope)) found.add(id)
     }
     return found
   }
 
   async function tick (): Promise<void> {
-    if (checking || watchers.size === 0) return
+    if (checking || watchedCount() === 0) return
     checking = true
     try {
-      const ids = [...watchers.keys()]
-      const alive = await readableOf(ids)
-      for (const id of ids) {
-        if (alive.has(id)) continue
-        const set = watchers.get(id)
-        watchers.delete(id)
-        for (const refused of set ?? []) refused()
+      for (const [scope, byKey] of watchers) {
+        if (byKey.size === 0) continue
+        const ids = [...byKey.keys()]
+        const alive = await acceptedOf(ids, scope)
+        for (const id of ids) {
+          if (alive.has(id)) continue
+          const set = byKey.get(id)
+          byKey.delete(id)
+          for (const refused of set ?? []) refused()
+        }
       }
     } catch (err) {
       // The database is unreachable: whatever is open finds out on its own next read.
       onError(err)
     } finally {
       checking = false
-      if (watchers.size === 0) stopTimer()
+      if (watchedCount() === 0) stopTimer()
     }
   }
 
@@ -59,9 +68,10 @@ export function createKeyWatch (db: Db, intervalMs = KEY_WATCH_MS, onError: (err
   }
 
   return {
-    watch (keyId: string, onRefused: () => void): () => void {
-      let set = watchers.get(keyId)
-      if (set === undefined) watchers.set(keyId, set = new Set())
+    watch (keyId: string, onRefused: () => void, scope: WatchedScope = 'read'): () => void {
+      const byKey = watchers.get(scope)!
+      let set = byKey.get(keyId)
+      if (set === undefined) byKey.set(keyId, set = new Set())
       // A function of its own per call, so one holder's unwatch never removes another's.
       const entry = () => onRefused()
       set.add(entry)
@@ -70,20 +80,20 @@ export function createKeyWatch (db: Db, intervalMs = KEY_WATCH_MS, onError: (err
         timer.unref()
       }
       return () => {
-        const current = watchers.get(keyId)
+        const current = byKey.get(keyId)
         current?.delete(entry)
-        if (current?.size === 0) watchers.delete(keyId)
-        if (watchers.size === 0) stopTimer()
+        if (current?.size === 0) byKey.delete(keyId)
+        if (watchedCount() === 0) stopTimer()
       }
     },
 
-    /** Keys watched now (metrics, tests). */
+    /** Keys watched now, counted once a scope (metrics, tests). */
     get watched (): number {
-      return watchers.size
+      return watchedCount()
     },
 
     stop (): void {
-      watchers.clear()
+      for (const byKey of watchers.values()) byKey.clear()
       stopTimer()
     }
   }

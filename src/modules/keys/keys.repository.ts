@@ -52,13 +52,17 @@ const publicColumns = {
   lastUsedAt: apiKeys.lastUsedAt
 }
 
-/** Over api_keys joined to users: the key authenticates now and has the read scope. */
-const acceptedForReading = and(
-  isNull(apiKeys.revokedAt),
-  or(isNull(apiKeys.expiresAt), gt(apiKeys.expiresAt, sql`now()`)),
-  isNull(users.deactivatedAt),
-  sql`'read' = ANY(${apiKeys.scopes})`
-)
+/** Over api_keys joined to users: the key authenticates now and has `scope`. */
+function acceptedWith (scope: 'read' | 'admin'): SQL | undefined {
+  return and(
+    isNull(apiKeys.revokedAt),
+    or(isNull(apiKeys.expiresAt), gt(apiKeys.expiresAt, sql`now()`)),
+    isNull(users.deactivatedAt),
+    sql`${scope} = ANY(${apiKeys.scopes})`
+  )
+}
+
+const acceptedForReading = acceptedWith('read')
 
 /**
  * A condition true while key `keyId` may read its feed (readable() for one key), for a read of
@@ -134,14 +138,14 @@ export function createKeysRepository (db: Db) {
     },
 
     /**
-     * Which of these keys would still authenticate now and may read a feed: not revoked, not
-     * expired (by the database's clock), their user not deactivated, with the read scope. A
-     * key that no longer exists is missing too.
+     * Which of these keys would still authenticate now with `scope` (read: may read a feed):
+     * not revoked, not expired (by the database's clock), their user not deactivated, with the
+     * scope. A key that no longer exists is missing too.
      */
-    async readable (keyIds: string[]): Promise<Set<string>> {
+    async accepted (keyIds: string[], scope: 'read' | 'admin' = 'read'): Promise<Set<string>> {
       if (keyIds.length === 0) return new Set()
       const rows = await db.select({ id: apiKeys.id }).from(apiKeys).innerJoin(users, eq(users.address, apiKeys.address))
-        .where(and(inArray(apiKeys.id, keyIds), acceptedForReading))
+        .where(and(inArray(apiKeys.id, keyIds), scope === 'read' ? acceptedForReading : acceptedWith(scope)))
       return new Set(rows.map((r) => r.id))
     },
 

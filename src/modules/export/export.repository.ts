@@ -1,0 +1,128 @@
+import { sql } from 'drizzle-orm'
+import type { Db } from '../../db/client.js'
+import { queryRows } from '../../db/rows.js'
+import type { MessageFields } from '../messages/messages.repository.js'
+
+/** Where a page of the user's sent messages starts: after this message (their order is time, then id). */
+export interface SentAfter { createdAt: Date, id: string }
+
+/** A message delivered to the user, with the user's own delivery status. */
+export type ReceivedFields = MessageFields & { status: 'sent' | 'delivered' | 'read' }
+
+/** A message's recipients and their statuses, as GET /message/{id}/status lists them. */
+export interface RecipientStatus { address: string, status: 'sent' | 'delivered' | 'read', updatedAt: string }
+
+/** An attachment of a message in the export: its name in the archive and where its bytes are. */
+export interface ExportedFile { messageId: string, n: number, filename: string, size: number, uploadId: string }
+
+interface MessageRowText { id: string, sender: string, recipient: string, body: string, created_at: Date | string, edited_at: Date | string | null, reply_to: string | null }
+
+const asDate = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
+
+function toFields (row: MessageRowText): MessageFields {
+  return {
+    id: row.id,
+    sender: row.sender,
+    recipient: row.recipient,
+    body: row.body,
+    createdAt: asDate(row.created_at),
+    editedAt: row.edited_at === null ? null : asDate(row.edited_at),
+    replyTo: row.reply_to
+  }
+}
+
+/** An ISO 8601 UTC time with milliseconds, as the API writes them, from SQL. */
+const isoText = (column: ReturnType<typeof sql>) => sql`to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+
+/**
+ * What an export reads, a page at a time, each page a short statement that an index serves: the
+ * user's sent messages by (sender, created_at), the messages delivered to it by (recipient,
+ * message_id). Every read is bounded by `until`, the export's start, so on the embedded database
+ * (no snapshot: db/snapshot.ts) what arrives meanwhile is left out.
+ */
+export function createExportRepository (db: Db) {
+  return {
+    /** The database's time: in a snapshot, its start. */
+    async now (): Promise<Date> {
+      const [row] = await queryRows<{ now: Date | string }>(db, sql`SELECT now() AS now`)
+      return asDate(row!.now)
+    },
+
+    /**
+     * Takes the cluster-wide lock that lets one export of `address` run at a time, for as long as
+     * the snapshot's transaction: false when another instance holds it.
+     */
+    async tryLock (address: string): Promise<boolean> {
+      const [row] = await queryRows<{ locked: boolean }>(db, sql`SELECT pg_try_advisory_xact_lock(hashtext('parley-export'), hashtext(${address})) AS locked`)
+      return row?.locked === true
+    },
+
+    async sentPage (address: string, until: Date, after: SentAfter | undefined, limit: number): Promise<MessageFields[]> {
+      const rows = await queryRows<MessageRowText>(db, sql`
+        SELECT id, sender, recipient, body, created_at, edited_at, reply_to FROM messages
+        WHERE sender = ${address} AND created_at <= ${until.toISOString()}::timestamptz
+          AND ${after === undefined ? sql`TRUE` : sql`(created_at, id) > (${after.createdAt.toISOString()}::timestamptz, ${after.id})`}
+        ORDER BY created_at, id LIMIT ${limit}`)
+      return rows.map(toFields)
+    },
+
+    /** Delivered to `address` by others and not hidden, in message-id order. */
+    async receivedPage (address: string, until: Date, afterId: string | undefined, limit: number): Promise<ReceivedFields[]> {
+      const rows = await queryRows<MessageRowText & { status: ReceivedFields['status'] }>(db, sql`
+        SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to, d.status
+        FROM deliveries d JOIN messages m ON m.id = d.message_id
+        WHERE d.recipient = ${address} AND d.hidden_at IS NULL AND m.sender <> ${address}
+          AND m.created_at <= ${until.toISOString()}::timestamptz
+          AND ${afterId === undefined ? sql`TRUE` : sql`d.message_id > ${afterId}`}
+        ORDER BY d.message_id LIMIT ${limit}`)
+      return rows.map((row) => ({ ...toFields(row), status: row.status }))
+    },
+
+    /** Each message's recipients and statuses, one JSON list per message (aggregated in SQL: a group's 1,000 rows are one value). */
+    async statuses (messageIds: string[]): Promise<Map<string, RecipientStatus[]>> {
+      if (messageIds.length === 0) return new Map()
+      const rows = await queryRows<{ message_id: string, recipients: string }>(db, sql`
+        SELECT message_id, json_agg(json_build_object('address', recipient, 'status', status, 'updatedAt', ${isoText(sql`updated_at`)})
+          ORDER BY recipient)::text AS recipients
+        FROM deliveries WHERE message_id = ANY(${sql.param(messageIds)}::text[]) GROUP BY message_id`)
+      return new Map(rows.map((r) => [r.message_id, JSON.parse(r.recipients) as RecipientStatus[]]))
+    },
+
+    /** The metadata of these entities (messages, groups) that have any. */
+    async metadataOf (entities: string[]): Promise<Map<string, Record<string, unknown>>> {
+      if (entities.length === 0) return new Map()
+      const rows = await queryRows<{ entity: string, data: Record<string, unknown> | string }>(db, sql`
+        SELECT entity, data FROM metadata WHERE entity = ANY(${sql.param(entities)}::text[]) AND data <> '{}'::jsonb`)
+      return new Map(rows.map((r) => [r.entity, typeof r.data === 'string' ? JSON.parse(r.data) as Record<string, unknown> : r.data]))
+    },
+
+    /** The files of these messages, in message and upload order. */
+    async files (messageIds: string[]): Promise<ExportedFile[]> {
+      if (messageIds.length === 0) return []
+      return queryRows<ExportedFile>(db, sql`
+        SELECT message_id AS "messageId", n, filename, size, upload_id AS "uploadId" FROM attachments
+        WHERE message_id = ANY(${sql.param(messageIds)}::text[]) ORDER BY message_id, n`)
+    },
+
+    /** Groups `address` is a member of (or owns), by id after `afterId`. */
+    async groupIds (address: string, afterId: string | undefined, limit: number): Promise<string[]> {
+      const rows = await queryRows<{ id: string }>(db, sql`
+        SELECT id FROM (
+          SELECT group_id AS id FROM group_members WHERE address = ${address}
+          UNION SELECT id FROM groups WHERE owner = ${address}
+        ) mine WHERE ${afterId === undefined ? sql`TRUE` : sql`id > ${afterId}`} ORDER BY id LIMIT ${limit}`)
+      return rows.map((r) => r.id)
+    },
+
+    /** When `address` joined each of these groups. */
+    async joinedAt (address: string, groupIds: string[]): Promise<Map<string, string>> {
+      if (groupIds.length === 0) return new Map()
+      const rows = await queryRows<{ group_id: string, at: string }>(db, sql`
+        SELECT group_id, ${isoText(sql`added_at`)} AS at FROM group_members
+        WHERE address = ${address} AND group_id = ANY(${sql.param(groupIds)}::text[])`)
+      return new Map(rows.map((r) => [r.group_id, r.at]))
+    }
+  }
+}
+
+export type ExportRepository = ReturnType<typeof createExportRepository>

@@ -1,0 +1,103 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { ZipFile } from 'yazl'
+import type { Database } from '../../db/client.js'
+import { loggableError } from '../../db/errors.js'
+import { NotFound, RateLimited } from '../../errors.js'
+import { normalizeAddress } from '../../ids.js'
+import { principalOf } from '../../plugins/auth.js'
+import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
+import { requestSource } from '../audit/audit.service.js'
+import { createUsersRepository } from '../users/users.repository.js'
+import { ExportArchive, ExportUserParams } from './export.schemas.js'
+import { cutArchive, exportBusy, runExport } from './export.service.js'
+
+export interface ExportRoutesOptions {
+  database: Pick<Database, 'db' | 'driver'>
+  /** Exports this process streams at once, over all users: each holds a connection (PostgreSQL) for its whole download. */
+  maxExports: number
+}
+
+const DESCRIPTION = 'A zip streamed as it is read, in constant memory: README.txt, profile.json (the user, its keys and webhooks, never ' +
+  'their secrets), roster.json, groups.json, metadata.json, messages.jsonl (every message it sent or received and may still read, ' +
+  'with statuses, edits, reactions and metadata) and attachments/. On PostgreSQL every file shows one moment (a snapshot); on the ' +
+  'embedded database, nothing newer than the export\'s start (profile.json says which). One export per user at a time: 429 ' +
+  'otherwise. Recorded in the audit log as user.export.'
+
+/**
+ * Exports (API.md §14): a user's own (`GET /export`, scope read) or any user's (`GET
+ * /admin/users/{user}/export`, scope admin). The archive is written by export.service.ts; here,
+ * who may have one now, the audit entry, and the snapshot held for as long as the download.
+ */
+export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = async (app, { database, maxExports }) => {
+  const users = createUsersRepository(database.db)
+  // Users whose export this process is streaming; other instances are kept out by the
+  // snapshot's advisory lock (PostgreSQL; the embedded database has one process).
+  const running = new Set<string>()
+
+  async function exportOf (req: FastifyRequest, reply: FastifyReply, address: string, scope: 'read' | 'admin'): Promise<FastifyReply> {
+    if (running.has(address)) throw exportBusy(address)
+    if (running.size >= maxExports) throw new RateLimited(`${running.size} exports are running on this instance; try again shortly`)
+    running.add(address)
+    try {
+      const zip = new ZipFile()
+      const { keyId } = principalOf(req)
+      let unwatch = () => {}
+      let started!: () => void
+      const ready = new Promise<void>((resolve) => { started = resolve })
+      const work = runExport(database, address, zip, requestSource(req), (run) => {
+        // A client gone mid-download stops the export, and with it the snapshot's transaction;
+        // so does its key's revocation (or its user's deactivation, or the scope taken away),
+        // within the key watch's second: an export can take minutes.
+        unwatch = app.keyWatch.watch(keyId, () => { run.abort(`key ${keyId} may no longer ${scope === 'read' ? 'read' : 'administer'}`) }, scope)
+        reply.raw.once('close', () => { run.abort('its client went away') })
+        started()
+      }).finally(() => { unwatch() })
+      await Promise.race([ready, work])
+      const date = new Date().toISOString().slice(0, 10)
+      void reply
+        .header('content-type', 'application/zip')
+        .header('content-disposition', `attachment; filename="parley-export-${address.replace(/[^a-z0-9.@+-]/g, '_')}-${date}.zip"`)
+        .header('cache-control', 'private, no-store')
+        .send(zip.outputStream)
+      try {
+        await work
+      } catch (err) {
+        // The answer has started: it ends short (the zip has no central directory, so no unzip
+        // takes it for whole) and the cause goes to the log.
+        req.log.warn({ err: loggableError(err), user: address }, 'export stopped before its end')
+        cutArchive(zip, err instanceof Error ? err : new Error(String(err)))
+      }
+      return reply
+    } finally {
+      running.delete(address)
+    }
+  }
+
+  app.get('/export', {
+    config: { admission: 'transfer' },
+    schema: {
+      operationId: 'exportMine',
+      tags: ['export'],
+      summary: 'Export my data',
+      description: DESCRIPTION,
+      response: { 200: ExportArchive, ...errorResponses(...AUTHENTICATED_ERRORS) }
+    }
+  }, async (req, reply) => exportOf(req, reply, principalOf(req).address, 'read'))
+
+  app.get('/admin/users/:user/export', {
+    config: { admission: 'transfer' },
+    schema: {
+      operationId: 'adminExportUser',
+      tags: ['admin'],
+      summary: 'Export a user\'s data',
+      description: DESCRIPTION,
+      params: ExportUserParams,
+      response: { 200: ExportArchive, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
+    }
+  }, async (req, reply) => {
+    const address = normalizeAddress(req.params.user)
+    if (await users.find(address) === undefined) throw new NotFound('user', address)
+    return exportOf(req, reply, address, 'admin')
+  })
+}

@@ -1,0 +1,269 @@
+import { Readable } from 'node:stream'
+import { finished } from 'node:stream/promises'
+import type { ZipFile } from 'yazl'
+import type { Database, Db } from '../../db/client.js'
+import { readSnapshot } from '../../db/snapshot.js'
+import { RateLimited } from '../../errors.js'
+import { audited, type AuditSource } from '../audit/audit.service.js'
+import { CHUNK_BYTES, createAttachmentChunksRepository } from '../messages/attachment-chunks.repository.js'
+import { createMessagesRepository, type MessageFields } from '../messages/messages.repository.js'
+import type { Message } from '../messages/messages.schemas.js'
+import { createGroupsRepository, toGroup } from '../groups/groups.repository.js'
+import { createKeysRepository, toKey } from '../keys/keys.repository.js'
+import { createMetadataRepository } from '../metadata/metadata.repository.js'
+import { createRosterRepository, toRosterEntry } from '../roster/roster.repository.js'
+import { toAdminUser, createUsersRepository } from '../users/users.repository.js'
+import { createWebhooksRepository, toWebhook } from '../webhooks/webhooks.repository.js'
+import { createExportRepository, type ExportRepository, type ReceivedFields, type SentAfter } from './export.repository.js'
+
+/** Ends an archive's output short (yazl's outputStream is a PassThrough; its types say only ReadableStream). */
+export function cutArchive (zip: ZipFile, err?: Error): void {
+  (zip.outputStream as Readable).destroy(err)
+}
+
+/** Refused: an export of this user is running already (here, or on another instance). */
+export const exportBusy = (address: string) => new RateLimited(`an export of ${address} is already running; one at a time`)
+
+/** Messages read per statement; a page's statuses, files and reactions take one statement each. */
+const PAGE = 200
+/** Roster entries and groups read per statement. */
+const LIST_PAGE = 100
+/** Bytes of a file read per statement: a hex string of twice this stays under V8's 128 KiB large-object size. */
+const SLICE_BYTES = 60 * 1024
+
+/** What the archive's README.txt says, so a person opening it knows what each file is. */
+const README = `A Parley export: everything the service holds of one user.
+
+profile.json    the user, its API keys (never their secrets) and webhooks (never their secrets)
+roster.json     its roster, oldest entry first
+groups.json     the groups it belongs to or owns, with their members and metadata
+metadata.json   its own metadata
+messages.jsonl  one JSON object a line: every message it sent or received and may still read,
+                in the order they were sent, with edits (editedAt), reactions, replies
+                (replyTo), metadata, and statuses: "recipients" on those it sent, "status"
+                on those it received; each attachment names its file under attachments/
+attachments/    each file as uploaded: attachments/<message id>/<n>-<file name>
+`
+
+/** One export's progress, for the caller to stop it when its client goes. */
+export interface ExportRun {
+  /** Stops the export, saying why: the entry being written fails, and so does `done`. */
+  abort(reason: string): void
+}
+
+/**
+ * Exports `address` into `zip` for `source` (a request's key, or the CLI): inside a snapshot
+ * (db/snapshot.ts) that holds the user's export lock on PostgreSQL, the audit entry first (in
+ * its own transaction: the snapshot is read-only), then the archive. `started` is told once
+ * the archive is being written, with the way to stop it; before that, a refusal (busy) throws
+ * and nothing was written. Resolves when the last entry has been read from the database.
+ */
+export async function runExport (database: Pick<Database, 'db' | 'driver'>, address: string, zip: ZipFile, source: AuditSource, started: (run: ExportRun) => void): Promise<void> {
+  await readSnapshot(database, async (reader, consistent) => {
+    if (consistent && !await createExportRepository(reader).tryLock(address)) throw exportBusy(address)
+    await audited(database.db, source, async (_tx, record) => { await record('user.export', address) })
+    const { run, done } = startExport(reader, zip, address, consistent)
+    started(run)
+    await done
+  })
+}
+
+/**
+ * Writes one user's data into `zip` (API.md §14), reading through `reader` (a snapshot, or the
+ * database page by page: db/snapshot.ts). Each entry is added when the one before it has been
+ * written out, and each is a stream pulled page by page as the client downloads, so memory
+ * stays one page of messages or one read of chunks whatever the user holds; the archive's
+ * central directory (a few hundred bytes a file) is all that grows. Ends the zip.
+ */
+function startExport (reader: Db, zip: ZipFile, address: string, consistent: boolean): { run: ExportRun, done: Promise<void> } {
+  let current: Readable | undefined
+  let stopped: Error | undefined
+  const run: ExportRun = {
+    abort (reason) {
+      stopped ??= new Error(`export stopped: ${reason}`)
+      current?.destroy(stopped)
+    }
+  }
+  /** Adds an entry from `source` and resolves once the archive has taken all of it. */
+  const add = async (name: string, source: AsyncIterable<string | Buffer> | Iterable<string | Buffer>, options: { compress: boolean, mtime?: Date }) => {
+    if (stopped !== undefined) throw stopped
+    const stream = Readable.from(source, { objectMode: false })
+    current = stream
+    zip.addReadStream(stream, name, options)
+    await finished(stream)
+  }
+  const done = (async () => {
+    const repo = createExportRepository(reader)
+    const until = await repo.now()
+    await add('README.txt', [README], { compress: true })
+    await add('profile.json', [JSON.stringify(await profile(reader, address, until, consistent), null, 2)], { compress: true })
+    await add('roster.json', jsonArray(rosterEntries(reader, address)), { compress: true })
+    await add('groups.json', jsonArray(groupsOf(reader, repo, address)), { compress: true })
+    await add('metadata.json', [JSON.stringify(await createMetadataRepository(reader).get(address), null, 2)], { compress: true })
+    await add('messages.jsonl', messageLines(reader, repo, address, until), { compress: true })
+    const chunks = createAttachmentChunksRepository(reader)
+    for await (const file of filesOf(repo, address, until)) {
+      await add(file.path, fileBytes(chunks, file.uploadId, file.size), { compress: false, mtime: file.createdAt })
+    }
+    zip.end()
+  })()
+  return { run, done }
+}
+
+async function profile (reader: Db, address: string, until: Date, consistent: boolean) {
+  const user = await createUsersRepository(reader).find(address)
+  if (user === undefined) throw new Error(`user ${address} vanished during its export`)
+  return {
+    exportedAt: until.toISOString(),
+    // Whether every file shows one moment (PostgreSQL's snapshot), or each its own read, with
+    // nothing newer than exportedAt (the embedded database).
+    snapshot: consistent,
+    user: toAdminUser(user),
+    keys: (await createKeysRepository(reader).list(address)).map(toKey),
+    webhooks: (await createWebhooksRepository(reader).list(address)).map(toWebhook)
+  }
+}
+
+/** A JSON array written element by element. */
+async function * jsonArray (items: AsyncIterable<unknown>): AsyncGenerator<string> {
+  let first = true
+  for await (const item of items) {
+    yield (first ? '[\n' : ',\n') + JSON.stringify(item)
+    first = false
+  }
+  yield first ? '[]\n' : '\n]\n'
+}
+
+async function * rosterEntries (reader: Db, address: string) {
+  const roster = createRosterRepository(reader)
+  for (let after: { at: string, id: string } | undefined; ;) {
+    const rows = await roster.page(address, after, LIST_PAGE)
+    yield * rows.map(toRosterEntry)
+    if (rows.length < LIST_PAGE) return
+    const last = rows[rows.length - 1]!
+    after = { at: last.addedAt.toISOString(), id: last.entity }
+  }
+}
+
+async function * groupsOf (reader: Db, repo: ExportRepository, address: string) {
+  const groups = createGroupsRepository(reader)
+  for (let after: string | undefined; ;) {
+    const ids = await repo.groupIds(address, after, LIST_PAGE)
+    const joined = await repo.joinedAt(address, ids)
+    const metadata = await repo.metadataOf(ids)
+    for (const id of ids) {
+      const row = await groups.find(id)
+      if (row === undefined) continue
+      yield { ...toGroup(row, await groups.members(id)), joinedAt: joined.get(id) ?? null, metadata: metadata.get(id) ?? {} }
+    }
+    if (ids.length < LIST_PAGE) return
+    after = ids[ids.length - 1]
+  }
+}
+
+/** A message as the export writes it: its wire form, its files' places in the archive, statuses and metadata. */
+type ExportedMessage = Omit<Message, 'attachments'> & {
+  attachments: (Message['attachments'][number] & { file: string })[]
+  metadata?: Record<string, unknown>
+} & ({ recipients: unknown[] } | { status: ReceivedFields['status'] })
+
+/** A file's name inside the archive: its message, its number, and its own name made safe for any unzip. */
+export function archivePath (messageId: string, n: number, filename: string): string {
+  // No directories, no control or reserved characters, no leading dots; at most 100 characters.
+  const safe = filename.replace(/[\p{Cc}\p{Cf}/\\:*?"<>|]+/gu, '_').replace(/^[.\s]+/, '').slice(0, 100)
+  return `attachments/${messageId}/${n}-${safe === '' ? 'file' : safe}`
+}
+
+/** A message the user may read, and its own status when it received it (none: it sent it). */
+interface ReadableMessage { row: MessageFields, status?: ReceivedFields['status'] }
+
+/**
+ * Both halves of the user's messages, sent and received, each read a page at a time from its
+ * own index and merged in the order they were sent; yielded in batches of up to PAGE.
+ */
+async function * readableMessages (repo: ExportRepository, address: string, until: Date): AsyncGenerator<ReadableMessage[]> {
+  let sentAfter: SentAfter | undefined
+  let receivedAfter: string | undefined
+  let sent: MessageFields[] = []
+  let received: ReceivedFields[] = []
+  let sentDone = false
+  let receivedDone = false
+  let batch: ReadableMessage[] = []
+  for (;;) {
+    if (sent.length === 0 && !sentDone) {
+      sent = await repo.sentPage(address, until, sentAfter, PAGE)
+      sentDone = sent.length < PAGE
+      const last = sent[sent.length - 1]
+      if (last !== undefined) sentAfter = { createdAt: last.createdAt, id: last.id }
+    }
+    if (received.length === 0 && !receivedDone) {
+      received = await repo.receivedPage(address, until, receivedAfter, PAGE)
+      receivedDone = received.length < PAGE
+      receivedAfter = received[received.length - 1]?.id ?? receivedAfter
+    }
+    const s = sent[0]
+    const r = received[0]
+    if (s === undefined && r === undefined) break
+    const takeSent = r === undefined || (s !== undefined && (s.createdAt < r.createdAt || (s.createdAt.getTime() === r.createdAt.getTime() && s.id < r.id)))
+    if (takeSent) batch.push({ row: sent.shift()! })
+    else {
+      const { status, ...row } = received.shift()!
+      batch.push({ row, status })
+    }
+    if (batch.length === PAGE) {
+      yield batch
+      batch = []
+    }
+  }
+  if (batch.length > 0) yield batch
+}
+
+async function * messageLines (reader: Db, repo: ExportRepository, address: string, until: Date): AsyncGenerator<string> {
+  const messages = createMessagesRepository(reader)
+  for await (const batch of readableMessages(repo, address, until)) {
+    const ids = batch.map((m) => m.row.id)
+    const views = await messages.viewMany(batch.map((m) => m.row), address)
+    const statuses = await repo.statuses(batch.filter((m) => m.status === undefined).map((m) => m.row.id))
+    const metadata = await repo.metadataOf(ids)
+    let text = ''
+    batch.forEach(({ row, status }, i) => {
+      const view = views[i]!
+      const line: ExportedMessage = {
+        ...view,
+        attachments: view.attachments.map((a) => ({ ...a, file: archivePath(row.id, a.index, a.filename) })),
+        ...(status === undefined ? { recipients: statuses.get(row.id) ?? [] } : { status }),
+        ...(metadata.has(row.id) ? { metadata: metadata.get(row.id)! } : {})
+      }
+      text += JSON.stringify(line) + '\n'
+    })
+    yield text
+  }
+}
+
+/** The files of every message the export lists, in the same order, read again page by page. */
+async function * filesOf (repo: ExportRepository, address: string, until: Date) {
+  for await (const batch of readableMessages(repo, address, until)) {
+    const created = new Map(batch.map(({ row }) => [row.id, row.createdAt]))
+    for (const file of await repo.files(batch.map(({ row }) => row.id))) {
+      yield { ...file, path: archivePath(file.messageId, file.n, file.filename), createdAt: created.get(file.messageId)! }
+    }
+  }
+}
+
+/**
+ * A stored file's bytes, a slice per statement as the archive takes them: SLICE_BYTES, so the
+ * driver's copy of each is freed by the young generation (attachment-chunks.repository.ts,
+ * readSlice); a file whose rows are gone meanwhile (the embedded database reads no snapshot)
+ * fails the export rather than end short in silence.
+ */
+async function * fileBytes (chunks: ReturnType<typeof createAttachmentChunksRepository>, uploadId: string, size: number): AsyncGenerator<Buffer> {
+  for (let at = 0; at < size;) {
+    // Slices never straddle two chunks: each is one row's substring.
+    const offset = at % CHUNK_BYTES
+    const length = Math.min(SLICE_BYTES, CHUNK_BYTES - offset, size - at)
+    const slice = await chunks.readSlice(uploadId, Math.floor(at / CHUNK_BYTES), offset, length)
+    if (slice?.length !== length) throw new Error(`attachment ${uploadId} lost bytes ${at}..${at + length} during the export`)
+    yield slice
+    at += length
+  }
+}

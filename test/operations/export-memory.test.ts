@@ -1,0 +1,129 @@
+import { createWriteStream, readFileSync, statSync } from 'node:fs'
+import { request } from 'node:http'
+import { join } from 'node:path'
+import { pipeline } from 'node:stream/promises'
+import { sql } from 'drizzle-orm'
+import t from 'tap'
+import { open as openZip, type Entry, type ZipFile } from 'yauzl'
+import { openDatabase } from '../../src/db/client.js'
+import { childDatabaseEnv, runCliInProcess, startServer, tempDir } from '../support/processes.js'
+
+// Issue #32: an export streams in constant memory. A user with 100,000 messages and 1 GiB of
+// files (64 of 16 MiB) is exported by a real server process, whose RSS is sampled throughout;
+// its growth over the server warmed up by an export a sixteenth the size must stay under 100 MiB.
+const MESSAGES = 100_000
+const FILES = 64
+const FILE_BYTES = 16 * 1024 * 1024
+const CHUNK_BYTES = 256 * 1024
+const GROWTH_LIMIT = 100 * 1024 * 1024
+// The warm-up export (carol's) first: a hundredth of the messages and a sixteenth of the bytes,
+// so what the server grows by on its first export of any size (V8's heaps and the allocator
+// reaching their working size: ~90 MiB here, whatever the export's size) is not counted.
+const WARM_UP_MESSAGES = 1_000
+const WARM_UP_FILES = 4
+
+function rssOf (pid: number): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'))
+  return Number(/(\d+)/.exec(line ?? '')?.[1] ?? 0) * 1024
+}
+
+/** Downloads `path` into `file`; resolves with the status. */
+function download (url: string, authorization: string, file: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    request(url, { headers: { authorization } }, (res) => {
+      pipeline(res, createWriteStream(file)).then(() => { resolve(res.statusCode ?? 0) }, reject)
+    }).on('error', reject).end()
+  })
+}
+
+/** The archive's entries, and messages.jsonl's line count, read back with yauzl. */
+async function inspect (file: string): Promise<{ entries: Entry[], lines: number }> {
+  const zip = await new Promise<ZipFile>((resolve, reject) => {
+    openZip(file, { lazyEntries: true, validateEntrySizes: true }, (err, z) => { if (err !== null) reject(err); else resolve(z) })
+  })
+  const entries: Entry[] = []
+  let lines = 0
+  await new Promise<void>((resolve, reject) => {
+    zip.on('error', reject)
+    zip.on('end', () => { zip.close(); resolve() })
+    zip.on('entry', (entry: Entry) => {
+      entries.push(entry)
+      if (entry.fileName !== 'messages.jsonl') { zip.readEntry(); return }
+      zip.openReadStream(entry, (err, stream) => {
+        if (err !== null) { reject(err); return }
+        stream.on('data', (chunk: Buffer) => { for (const byte of chunk) if (byte === 10) lines++ })
+        stream.on('error', reject)
+        stream.on('end', () => { zip.readEntry() })
+      })
+    })
+    zip.readEntry()
+  })
+  return { entries, lines }
+}
+
+t.test(`an export of ${MESSAGES.toLocaleString('en')} messages and ${FILES * FILE_BYTES / 2 ** 30} GiB of files grows the server by less than 100 MiB`, { timeout: 280_000 }, async (t) => {
+  const env = await childDatabaseEnv(t)
+  for (const address of ['alice', 'bob', 'carol']) t.equal((await runCliInProcess(['user', 'create', address], env)).code, 0)
+  const alice = JSON.parse((await runCliInProcess(['key', 'create', 'alice', '--json'], env)).stdout) as { keyId: string, secret: string }
+  const carol = JSON.parse((await runCliInProcess(['key', 'create', 'carol', '--json'], env)).stdout) as { keyId: string, secret: string }
+  const basic = (k: { keyId: string, secret: string }) => `Basic ${Buffer.from(`${k.keyId}:${k.secret}`).toString('base64')}`
+
+  // Written by SQL: a hundred thousand sends through the API would take minutes. Each file's
+  // chunks are hex of a counter, different per chunk.
+  const database = await openDatabase({ databaseUrl: env.DATABASE_URL, dataDir: env.DATA_DIR ?? '', command: 'test', poolSize: 2 })
+  try {
+    await database.db.execute(sql`
+      INSERT INTO messages (id, sender, recipient, body, created_at)
+      SELECT 'msg_' || lpad(g::text, 26, '0'), 'alice', 'bob', 'message number ' || g, now() - make_interval(secs => ${MESSAGES} - g)
+      FROM generate_series(1, ${MESSAGES}) g`)
+    // carol's warm-up export: a hundredth of the messages, a sixteenth of the bytes (below).
+    await database.db.execute(sql`
+      INSERT INTO messages (id, sender, recipient, body, created_at)
+      SELECT 'msg_1' || lpad(g::text, 25, '0'), 'carol', 'bob', 'warm-up number ' || g, now() - make_interval(secs => ${WARM_UP_MESSAGES} - g)
+      FROM generate_series(1, ${WARM_UP_MESSAGES}) g`)
+    await database.db.execute(sql`INSERT INTO deliveries (message_id, recipient) SELECT id, 'bob' FROM messages`)
+    // alice's files on every 1,000th of her messages, carol's (upload ids from 1001) on every 100th of hers.
+    await database.db.execute(sql`
+      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, upload_id)
+      SELECT 'msg_' || lpad((g * 1000)::text, 26, '0'), 1, 'file' || g || '.bin', 'application/octet-stream', ${FILE_BYTES}::int, repeat('0', 64), 'upl_' || g
+      FROM generate_series(1, ${FILES}::int) g
+      UNION ALL
+      SELECT 'msg_1' || lpad((g * 100)::text, 25, '0'), 1, 'warm' || g || '.bin', 'application/octet-stream', ${FILE_BYTES}::int, repeat('0', 64), 'upl_' || (1000 + g)
+      FROM generate_series(1, ${WARM_UP_FILES}::int) g`)
+    for (const [upload, message] of [
+      ...Array.from({ length: FILES }, (_, i) => [i + 1, `msg_${String((i + 1) * 1000).padStart(26, '0')}`] as const),
+      ...Array.from({ length: WARM_UP_FILES }, (_, i) => [1001 + i, `msg_1${String((i + 1) * 100).padStart(25, '0')}`] as const)
+    ]) {
+      await database.db.execute(sql`
+        INSERT INTO attachment_chunks (upload_id, seq, message_id, data)
+        SELECT 'upl_' || ${upload}::int, s, ${message}, decode(repeat(lpad(to_hex(${upload}::int * 1000 + s), 8, '0'), ${CHUNK_BYTES / 4}), 'hex')
+        FROM generate_series(0, ${FILE_BYTES / CHUNK_BYTES - 1}) s`)
+    }
+  } finally {
+    await database.close()
+  }
+
+  const server = await startServer(t, env)
+  const pid = server.child.pid!
+  const dir = tempDir(t, 'parley-export-')
+  const idle = rssOf(pid)
+  t.equal(await download(`${server.url}/v2/export`, basic(carol), join(dir, 'carol.zip')), 200)
+  const base = rssOf(pid)
+  let peak = base
+  const sampler = setInterval(() => { peak = Math.max(peak, rssOf(pid)) }, 50)
+  const started = performance.now()
+  const status = await download(`${server.url}/v2/export`, basic(alice), join(dir, 'alice.zip'))
+  const seconds = (performance.now() - started) / 1000
+  clearInterval(sampler)
+  peak = Math.max(peak, rssOf(pid))
+  t.equal(status, 200)
+  const bytes = statSync(join(dir, 'alice.zip')).size
+  t.comment(`${(bytes / 2 ** 20).toFixed(0)} MiB in ${seconds.toFixed(1)} s (${(bytes / 2 ** 20 / seconds).toFixed(0)} MiB/s); server RSS ${(idle / 2 ** 20).toFixed(0)} MiB idle, ${(base / 2 ** 20).toFixed(0)} MiB after the warm-up, ${(peak / 2 ** 20).toFixed(0)} MiB at peak`)
+  t.ok(peak - base < GROWTH_LIMIT, `server RSS grew ${((peak - base) / 2 ** 20).toFixed(0)} MiB < 100 MiB`)
+
+  const { entries, lines } = await inspect(join(dir, 'alice.zip'))
+  t.equal(lines, MESSAGES, 'every message, one a line')
+  const files = entries.filter((e) => e.fileName.startsWith('attachments/'))
+  t.equal(files.length, FILES, 'every file')
+  t.ok(files.every((e) => e.uncompressedSize === FILE_BYTES), 'each whole')
+})
