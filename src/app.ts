@@ -19,6 +19,9 @@ import { adminRoutes } from './modules/admin/admin.routes.js'
 import { auditRoutes } from './modules/audit/audit.routes.js'
 import { testBotPlugin } from './modules/bot/test-bot.plugin.js'
 import { conversationsRoutes } from './modules/conversations/conversations.routes.js'
+import { erasureGraceMs } from './modules/erasure/erasure.js'
+import { erasurePlugin } from './modules/erasure/erasure.plugin.js'
+import type { ErasureBatch } from './modules/erasure/erasure.service.js'
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
@@ -26,6 +29,7 @@ import { exportRoutes } from './modules/export/export.routes.js'
 import { createFeedWaiting } from './modules/events/feed-waiting.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
+import { KEY_CACHE_MS } from './modules/keys/authenticator.js'
 import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
 import { sendBatches } from './modules/messages/send-lanes.js'
@@ -50,10 +54,16 @@ export interface AppOptions {
    * Date.now when omitted; tests pass one they move, rather than wait for the time to pass.
    */
   now?: () => number
+  /**
+   * The erasure job's settings where a test sets its own: how long an erasure stays pending at
+   * least (erasureGraceMs of REQUEST_TIMEOUT_SECONDS when omitted), how much a batch does, and
+   * whether this instance runs the job at all (a test that drives eraseRequested itself).
+   */
+  erasure?: { graceMs?: number, batch?: ErasureBatch, background?: boolean }
 }
 
 /** Builds the service without listening: plugins first, then each resource's routes under /v2. */
-export async function buildApp ({ config, database, logStream, now = Date.now }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp ({ config, database, logStream, now = Date.now, erasure = {} }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify(serverOptions(config, logStream)).withTypeProvider<TypeBoxTypeProvider>()
 
   await app.register(requestIdPlugin)
@@ -64,9 +74,12 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
     primary: database.db, url: config.databaseReadUrl, poolSize: config.databasePoolSize, maxWaitMs: config.databaseReadMaxWaitMs
   })
   // Background work. preClose hooks run in the order they are added: the closing flag, then the
-  // retention timer, the event bus (waiting long-polls answer now), the bot and webhooks.
+  // retention and erasure timers, the event bus (waiting long-polls answer now), the bot and webhooks.
   await app.register(shutdownPlugin)
   await app.register(retentionPlugin, { db: database.db, auditRetentionDays: config.auditRetentionDays, messageRetentionDays: config.messageRetentionDays })
+  await app.register(erasurePlugin, {
+    db: database.db, graceMs: erasure.graceMs ?? erasureGraceMs(KEY_CACHE_MS, config.requestTimeoutSeconds), batch: erasure.batch, background: erasure.background
+  })
   await app.register(eventBusPlugin, { database })
   // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
   // against one per-key cap.
@@ -120,7 +133,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now }:
     await v2.register(metadataRoutes, { db: database.db })
     await v2.register(searchRoutes, { reads: app.reads, messageRetentionDays: config.messageRetentionDays })
     await v2.register(conversationsRoutes, { db: database.db, reads: app.reads })
-    await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator })
+    await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator, erasure: app.erasure })
     await v2.register(auditRoutes, { db: database.db })
     // Each export on PostgreSQL holds a connection for its whole download: a quarter of the pool.
     await v2.register(exportRoutes, { database, maxExports: database.driver === 'pglite' ? 2 : Math.max(1, Math.floor(poolSize / 4)) })

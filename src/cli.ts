@@ -17,7 +17,7 @@ import { createKeysRepository, type ApiKey } from './modules/keys/keys.repositor
 import { isKeyId } from './modules/keys/keys.schemas.js'
 import { isScope, SCOPES } from './scopes.js'
 import { displayNameProblem } from './modules/users/display-name.js'
-import { createUsersRepository, toAdminUser, toUser } from './modules/users/users.repository.js'
+import { createUsersRepository, erasedConflict, toAdminUser, toUser } from './modules/users/users.repository.js'
 
 /** Each command: how it is called, what it does, and the options it takes besides --json/--help. */
 const COMMANDS: Record<string, { usage: string, does: string, options: string[] }> = {
@@ -31,6 +31,11 @@ const COMMANDS: Record<string, { usage: string, does: string, options: string[] 
     usage: 'user export <address> --output FILE',
     does: 'write everything of a user\'s (messages, files, groups, roster, metadata, profile) into a zip, as GET /v2/admin/users/{user}/export',
     options: ['output']
+  },
+  'user erase': {
+    usage: 'user erase <address>',
+    does: 'erase a user: deactivated now, its messages, files and the rest removed by the running service (API.md §14)',
+    options: []
   },
   'key create': {
     usage: 'key create <address> [--daily-quota N] [--scope S]…',
@@ -325,6 +330,22 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       return
     }
 
+    case 'user erase': {
+      const address = parseAddress(rest[0])
+      const row = await withDatabase(config, io, name, async ({ db }) => audited(db, CLI_SOURCE, async (tx, record) => {
+        const row = await createUsersRepository(tx).requestErasure(address)
+        if (row === undefined) throw new Error(`user ${address} not found`)
+        await record('user.erase', row.address)
+        return row
+      }))
+      const user = toAdminUser(row)
+      print(out, user, user.erasure === 'done'
+        ? `${address} is erased already; its address stays reserved.`
+        : `Erasure of ${address} recorded: its keys are refused everywhere within 5 seconds, and the service erases the rest ` +
+          `in the background (on its next start if none runs now); GET /v2/admin/users/${address} shows erasure pending, then done.`)
+      return
+    }
+
     case 'key create': {
       const address = parseAddress(rest[0])
       const quota = values['daily-quota'] === undefined ? null : parseCount(values['daily-quota'], '--daily-quota')
@@ -333,9 +354,11 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
         return scope
       })
       const created = await withDatabase(config, io, 'key create', async ({ db }) => {
-        if (await createUsersRepository(db).find(address) === undefined) {
+        const user = await createUsersRepository(db).find(address)
+        if (user === undefined) {
           throw new Error(`user ${address} does not exist; create it first with \`parley user create ${address}\``)
         }
+        if (user.erasureRequestedAt !== null) throw erasedConflict(address, 'it gets no keys')
         return audited(db, CLI_SOURCE, async (tx, record) => {
           const created = await createKeysRepository(tx).create(address, quota, scopes === undefined ? {} : { scopes })
           await record('key.create', created.keyId)

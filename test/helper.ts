@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
-import { buildApp } from '../src/app.js'
+import { buildApp, type AppOptions } from '../src/app.js'
 import { loadConfig, type Config } from '../src/config.js'
 import { connectPostgres, type Database, type Db } from '../src/db/client.js'
 import { createKeysRepository } from '../src/modules/keys/keys.repository.js'
@@ -64,7 +64,7 @@ export interface Built {
    * LISTEN connection, as a second process would have; on PGlite (one connection per process)
    * sharing this one.
    */
-  secondInstance(env?: Record<string, string>): Promise<FastifyInstance>
+  secondInstance(env?: Record<string, string>, erasure?: AppOptions['erasure']): Promise<FastifyInstance>
   app: FastifyInstance
   database: Database
   db: Db
@@ -85,6 +85,8 @@ export interface BuildOptions {
   routes?: (app: FastifyInstance) => Promise<void>
   /** The app's clock (buildApp's `now`: keys, failed authentications, in-process rate limits), second instances' too: one the test moves. */
   now?: () => number
+  /** The erasure job's settings (buildApp's `erasure`): a grace of 0, small batches, or no job on this instance. */
+  erasure?: AppOptions['erasure']
 }
 
 /** The configuration tests run with: the defaults, plus what a test overrides. */
@@ -106,7 +108,7 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
       done()
     }
   })
-  const app = await buildApp({ config, database: fresh.database, logStream, now: options.now })
+  const app = await buildApp({ config, database: fresh.database, logStream, now: options.now, erasure: options.erasure })
   // Closed before this app and its database: second instances and the like.
   const closers: (() => Promise<void>)[] = []
   t.teardown(async () => {
@@ -147,9 +149,9 @@ export async function build (t: TestContext, options: BuildOptions = {}): Promis
 
   const built: Built = {
     url: fresh.url,
-    async secondInstance (extraEnv = {}) {
+    async secondInstance (extraEnv = {}, erasure = options.erasure) {
       const database = fresh.url !== undefined ? await connectPostgres(fresh.url, 5) : fresh.database
-      const other = await buildApp({ config: testConfig({ ...options.env, ...extraEnv }), database, logStream, now: options.now })
+      const other = await buildApp({ config: testConfig({ ...options.env, ...extraEnv }), database, logStream, now: options.now, erasure })
       closers.push(async () => {
         await other.close()
         if (database !== fresh.database) await database.close()

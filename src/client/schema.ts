@@ -71,7 +71,7 @@ export type paths = {
         put?: never;
         /**
          * Create an API key
-         * @description For an existing user. The answer is the only time the secret is shown.
+         * @description For an existing user. The answer is the only time the secret is shown. None for an erased user (409).
          */
         post: operations["adminCreateKey"];
         delete?: never;
@@ -134,10 +134,14 @@ export type paths = {
         put?: never;
         /**
          * Rename, deactivate or reactivate a user
-         * @description A deactivated user's keys answer 401 (its event streams close and waiting long-polls answer 401 within 5 s), a message to it answers 403 naming it deactivated, group messages skip it, nothing is written to its feed and its webhooks deliver nothing; reactivating restores all of it (webhooks resume where they stopped; what happened while it was deactivated never reaches its feed).
+         * @description A deactivated user's keys answer 401 (its event streams close and waiting long-polls answer 401 within 5 s), a message to it answers 403 naming it deactivated, group messages skip it, nothing is written to its feed and its webhooks deliver nothing; reactivating restores all of it (webhooks resume where they stopped; what happened while it was deactivated never reaches its feed). A user whose erasure was asked for is neither reactivated nor renamed: 409.
          */
         post: operations["adminUpdateUser"];
-        delete?: never;
+        /**
+         * Erase a user
+         * @description API.md §14, for an erasure request (GDPR article 17) or moderation. At once, in the transaction that records the request with a user.erase audit entry: the user is deactivated (its keys answer 401 here at once, everywhere within 5 s) and its display name cleared. Then a background job, in short batches that resume after a restart on any instance: every message it sent is deleted for everyone as its own delete would (message.deleted to each recipient), with its attachments, reactions, metadata and search entries; its reactions to others' messages, its delivery statuses, roster, feed, metadata, webhooks and keys go; its group memberships end, and a group it owns passes to the member that joined longest ago, or is deleted when no one is left. Messages others sent it stay theirs. Meanwhile `erasure` is pending; it is done no sooner than REQUEST_TIMEOUT_SECONDS + 15 s after the request, so that what a request admitted before the deactivation reached every instance leaves is erased too. The user row stays (erasure done, deactivated, no name): the address stays reserved, and the user cannot be reactivated, renamed or given keys (409). Audit entries naming it stay, as the record of what was done. Idempotent: asking again answers 202 with the user as it stands and changes nothing, though each request is recorded in the audit log.
+         */
+        delete: operations["adminEraseUser"];
         options?: never;
         head?: never;
         patch?: never;
@@ -789,6 +793,8 @@ export type components = {
             deactivatedAt: string | (never | null);
             /** @description A name for people, if set */
             displayName: string | null;
+            /** @description Erasure (DELETE /admin/users/{user}): pending while its data is being removed in the background, done once nothing of it is left but this row, which keeps the address reserved; null when no erasure was asked for */
+            erasure: "pending" | "done" | (never | null);
         };
         /** AdminWebhook */
         AdminWebhook: {
@@ -820,10 +826,10 @@ export type components = {
          */
         AuditEntry: {
             /**
-             * @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete
+             * @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase (an erasure asked for; each request is recorded, the first one starts it), key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete
              * @enum {string}
              */
-            action: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
+            action: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "user.erase" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
             actor: {
                 /** @description The user that key acts as */
                 address: string;
@@ -1550,8 +1556,8 @@ export interface operations {
     adminListAudit: {
         parameters: {
             query?: {
-                /** @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete */
-                action?: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
+                /** @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase (an erasure asked for; each request is recorded, the first one starts it), key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete */
+                action?: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "user.erase" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
                 /** @description A key id (key_…), a user address (what any of its keys did), or `cli` (what the operator CLI did) */
                 actor?: string;
                 /** @description nextCursor of the previous page */
@@ -1824,6 +1830,19 @@ export interface operations {
             };
             /** @description Every error answer */
             404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            409: {
                 headers: {
                     "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
                     "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
@@ -2431,6 +2450,126 @@ export interface operations {
         responses: {
             /** @description OK */
             200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminUser"];
+                };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            409: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    adminEraseUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Accepted */
+            202: {
                 headers: {
                     "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
                     "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];

@@ -22,7 +22,6 @@ export function sqlState (err: unknown): string | undefined {
   return undefined
 }
 
-export const UNIQUE_VIOLATION = '23505'
 /**
  * What of a failure goes into the log. Drizzle's query errors carry the query's parameters
  * (message bodies, addresses) in their message: keep the SQL text and the driver's own error,

@@ -46,6 +46,7 @@ const NEEDS: Record<string, 'read' | 'send' | 'admin'> = {
   'GET /v2/admin/users': 'admin',
   'GET /v2/admin/users/{user}': 'admin',
   'POST /v2/admin/users/{user}': 'admin',
+  'DELETE /v2/admin/users/{user}': 'admin',
   'GET /v2/admin/users/{user}/webhooks': 'admin',
   'DELETE /v2/admin/users/{user}/webhooks/{id}': 'admin',
   'POST /v2/admin/keys': 'admin',

@@ -8,7 +8,7 @@ import { audited, requestSource, userChangeActions } from '../audit/audit.servic
 import type { Authenticator } from '../keys/authenticator.js'
 import { createKeysRepository, toKey } from '../keys/keys.repository.js'
 import { isKeyId, KeySchema } from '../keys/keys.schemas.js'
-import { createUsersRepository, toAdminUser } from '../users/users.repository.js'
+import { createUsersRepository, erasedConflict, toAdminUser } from '../users/users.repository.js'
 import { AdminUserSchema } from '../users/users.schemas.js'
 import { createWebhooksRepository, toAdminWebhook } from '../webhooks/webhooks.repository.js'
 import { AdminWebhookList, AdminWebhookParams, AdminWebhooksParams, AdminWebhooksQuery } from '../webhooks/webhooks.schemas.js'
@@ -39,7 +39,7 @@ function future (text: string | undefined | null, field: string): Date | null | 
  * users and keys, live, with no restart and no shell on the database host. A change to a key or
  * user reaches every instance's key cache within its 5 s; this instance forgets at once.
  */
-export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Authenticator }> = async (app, { db, authenticator }) => {
+export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Authenticator, erasure: { wake(): void } }> = async (app, { db, authenticator, erasure }) => {
   const users = createUsersRepository(db)
   const keys = createKeysRepository(db)
   const webhooks = createWebhooksRepository(db)
@@ -95,10 +95,10 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       description: 'A deactivated user\'s keys answer 401 (its event streams close and waiting long-polls answer 401 within ' +
         '5 s), a message to it answers 403 naming it deactivated, group messages skip it, nothing is written to its feed and its ' +
         'webhooks deliver nothing; reactivating restores all of it (webhooks resume where they stopped; what happened while it was ' +
-        'deactivated never reaches its feed).',
+        'deactivated never reaches its feed). A user whose erasure was asked for is neither reactivated nor renamed: 409.',
       params: AdminUserParams,
       body: UpdateUserBody,
-      response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) }
+      response: { 200: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404, 409) }
     }
   }, async (req) => {
     const row = await audited(db, requestSource(req), async (tx, record) => {
@@ -109,6 +109,38 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     })
     authenticator.clear()
     return toAdminUser(row)
+  })
+
+  app.delete('/admin/users/:user', {
+    schema: {
+      operationId: 'adminEraseUser',
+      tags,
+      summary: 'Erase a user',
+      description: 'API.md §14, for an erasure request (GDPR article 17) or moderation. At once, in the transaction that records ' +
+        'the request with a user.erase audit entry: the user is deactivated (its keys answer 401 here at once, everywhere within ' +
+        '5 s) and its display name cleared. Then a background job, in short batches that resume after a restart on any instance: ' +
+        'every message it sent is deleted for everyone as its own delete would (message.deleted to each recipient), with its ' +
+        'attachments, reactions, metadata and search entries; its reactions to others\' messages, its delivery statuses, roster, ' +
+        'feed, metadata, webhooks and keys go; its group memberships end, and a group it owns passes to the member that joined ' +
+        'longest ago, or is deleted when no one is left. Messages others sent it stay theirs. Meanwhile `erasure` is pending; ' +
+        'it is done no sooner than REQUEST_TIMEOUT_SECONDS + 15 s after the request, so that what a request admitted before the ' +
+        'deactivation reached every instance leaves is erased too. The user row stays (erasure done, deactivated, no name): ' +
+        'the address stays reserved, and the user cannot be reactivated, renamed or given keys (409). Audit entries naming it ' +
+        'stay, as the record of what was done. Idempotent: asking again answers 202 with the user as it stands and changes ' +
+        'nothing, though each request is recorded in the audit log.',
+      params: AdminUserParams,
+      response: { 202: AdminUserSchema, ...errorResponses(...ADMIN_ERRORS, 404) }
+    }
+  }, async (req, reply) => {
+    const row = await audited(db, requestSource(req), async (tx, record) => {
+      const row = await createUsersRepository(tx).requestErasure(req.params.user)
+      if (row === undefined) throw new NotFound('user', normalizeAddress(req.params.user))
+      await record('user.erase', row.address)
+      return row
+    })
+    authenticator.clear()
+    erasure.wake()
+    return reply.code(202).send(toAdminUser(row))
   })
 
   app.get('/admin/users/:user/webhooks', {
@@ -156,13 +188,15 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
       operationId: 'adminCreateKey',
       tags,
       summary: 'Create an API key',
-      description: 'For an existing user. The answer is the only time the secret is shown.',
+      description: 'For an existing user. The answer is the only time the secret is shown. None for an erased user (409).',
       body: CreateKeyBody,
-      response: { 200: CreatedKeySchema, ...errorResponses(...ADMIN_ERRORS, 404) }
+      response: { 200: CreatedKeySchema, ...errorResponses(...ADMIN_ERRORS, 404, 409) }
     }
   }, async (req) => {
     const address = normalizeAddress(req.body.address)
-    if (await users.find(address) === undefined) throw new NotFound('user', address)
+    const user = await users.find(address)
+    if (user === undefined) throw new NotFound('user', address)
+    if (user.erasureRequestedAt !== null) throw erasedConflict(address, 'it gets no keys')
     const expiresAt = future(req.body.expiresAt, 'expiresAt') ?? null
     const created = await audited(db, requestSource(req), async (tx, record) => {
       const created = await createKeysRepository(tx).create(address, req.body.dailyQuota ?? null, {

@@ -2,11 +2,11 @@ import { Type, type Static } from 'typebox'
 import { AddressParam, Timestamp } from '../../schemas.js'
 
 /**
- * Every action the audit log records: the one list, so an action added later (user.erase,
- * user.export) is added here and the API's schema, the CLI and the column's type follow.
+ * Every action the audit log records: the one list, so an action added later is added here and
+ * the API's schema, the CLI and the column's type follow.
  */
 export const AUDIT_ACTIONS = [
-  'user.create', 'user.update', 'user.deactivate', 'user.reactivate',
+  'user.create', 'user.update', 'user.deactivate', 'user.reactivate', 'user.erase',
   'key.create', 'key.update', 'key.revoke',
   'webhook.create', 'webhook.delete',
   'user.export'
@@ -18,7 +18,8 @@ export type AuditAction = typeof AUDIT_ACTIONS[number]
 const AuditActionSchema = Type.Unsafe<AuditAction>({
   type: 'string',
   enum: [...AUDIT_ACTIONS],
-  description: 'What was done: user.create, user.update (display name), user.deactivate, user.reactivate, key.create, ' +
+  description: 'What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase ' +
+    '(an erasure asked for; each request is recorded, the first one starts it), key.create, ' +
     'key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete, user.export (an export of the ' +
     'user\'s data was started, by the user itself or by an admin)'
 })

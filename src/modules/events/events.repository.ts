@@ -247,6 +247,32 @@ export function createEventsRepository (db: Db) {
       ))
     },
 
+    /** eraseMessage() for many messages at once: every feed's copy of their bodies (a sender's delete, repeated). */
+    async eraseMessageCopies (messageIds: string[]): Promise<void> {
+      if (messageIds.length === 0) return
+      await db.delete(events).where(and(
+        sql`${events.messageId} = ANY(${sql.param(messageIds)}::text[])`,
+        inArray(events.type, ['message.received', 'message.edited'])
+      ))
+    },
+
+    /** Erasure: the message.reaction events `from` caused about these messages, in every feed (they carry its emoji). */
+    async eraseReactionsFrom (from: string, messageIds: string[]): Promise<void> {
+      if (messageIds.length === 0) return
+      await db.delete(events).where(and(
+        sql`${events.messageId} = ANY(${sql.param(messageIds)}::text[])`,
+        eq(events.type, 'message.reaction'),
+        sql`${events.data}->>'from' = ${from}`
+      ))
+    },
+
+    /** Erasure: up to `limit` of the oldest events of `address`'s feed, removed; answers how many. */
+    async removeOldest (address: string, limit: number): Promise<number> {
+      const some = db.select({ seq: events.seq }).from(events).where(eq(events.address, address)).orderBy(asc(events.seq)).limit(limit)
+      const gone = await db.delete(events).where(and(eq(events.address, address), inArray(events.seq, some))).returning({ seq: events.seq })
+      return gone.length
+    },
+
     /**
      * Every event about these messages, whatever its type (their bodies in message.received
      * and message.edited, their ids in message.status and message.reaction): for retention,

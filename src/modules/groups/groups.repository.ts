@@ -1,6 +1,7 @@
-import { and, asc, count, eq, ilike, inArray, isNull, sql } from 'drizzle-orm'
+import { and, asc, count, eq, ilike, inArray, isNull, ne, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { likePattern } from '../../db/like.js'
+import { queryRows } from '../../db/rows.js'
 import { newId } from '../../ids.js'
 import { users } from '../users/users.table.js'
 import type { StoredGroup } from './groups.schemas.js'
@@ -115,6 +116,29 @@ export function createGroupsRepository (db: Db) {
       if (addresses.length === 0) return
       await db.delete(groupMembers).where(and(eq(groupMembers.groupId, id), inArray(groupMembers.address, addresses)))
       await db.update(groups).set({ updatedAt: sql`now()` }).where(eq(groups.id, id))
+    },
+
+    /** Erasure: up to `limit` groups `address` belongs to or owns, by id. */
+    async ofMemberOrOwner (address: string, limit: number): Promise<string[]> {
+      const rows = await queryRows<{ id: string }>(db, sql`
+        SELECT group_id AS id FROM ${groupMembers} WHERE address = ${address}
+        UNION SELECT id FROM ${groups} WHERE owner = ${address}
+        ORDER BY id LIMIT ${limit}`)
+      return rows.map((r) => r.id)
+    },
+
+    /** The member that joined longest ago, `except` aside (ties by address); undefined when there is none. */
+    async longestStanding (id: string, except: string): Promise<string | undefined> {
+      const [row] = await db.select({ address: groupMembers.address }).from(groupMembers)
+        .where(and(eq(groupMembers.groupId, id), ne(groupMembers.address, except)))
+        .orderBy(asc(groupMembers.addedAt), asc(groupMembers.address))
+        .limit(1)
+      return row?.address
+    },
+
+    async setOwner (id: string, owner: string): Promise<GroupRow> {
+      const [row] = await db.update(groups).set({ owner, updatedAt: sql`now()` }).where(eq(groups.id, id)).returning()
+      return row!
     },
 
     /** The caller's groups whose name contains `text`, by name. */

@@ -157,3 +157,37 @@ export async function removeGroupMembers (db: Db, id: string, address: string, a
     return groups.view((await groups.find(id))!)
   })
 }
+
+/**
+ * Erasure: `address` leaves group `id` as a member leaving would (group.members_removed to every
+ * member, itself included). A group it owns passes to the member that joined longest ago
+ * (group.updated to the members left), or is deleted, with its metadata, when no one is left
+ * (group.deleted). The group's name, retention and metadata pass with it: they are the group's.
+ * Locks the group as any change does; call it in the caller's transaction. Answers how many
+ * events it wrote, for the caller's bound.
+ */
+export async function removeErasedMember (tx: Db, id: string, address: string): Promise<number> {
+  const groups = createGroupsRepository(tx)
+  const row = await groups.find(id, 'update')
+  if (row === undefined) return 0
+  const before = await groups.members(id)
+  if (row.owner === address) {
+    const heir = await groups.longestStanding(id, address)
+    if (heir === undefined) {
+      await groups.remove(id)
+      await createMetadataRepository(tx).remove(id)
+      await tell(tx, before, { type: 'group.deleted', data: { group: id } })
+      return before.length
+    }
+    await groups.removeMembers(id, [address])
+    await groups.setOwner(id, heir)
+    const group = await groups.view((await groups.find(id))!)
+    await tell(tx, before, { type: 'group.members_removed', data: { group: id, members: [address] } })
+    await tell(tx, group.members, { type: 'group.updated', data: { group: summary(group) } })
+    return before.length + group.members.length
+  }
+  if (!before.includes(address)) return 0
+  await groups.removeMembers(id, [address])
+  await tell(tx, before, { type: 'group.members_removed', data: { group: id, members: [address] } })
+  return before.length
+}

@@ -168,6 +168,15 @@ export function createKeysRepository (db: Db) {
       })
     },
 
+    /**
+     * Erasure: deletes every key of the user, with what goes with a key by cascade (its feed
+     * acknowledgements, the webhooks it registered); answers their ids.
+     */
+    async removeAllOf (address: string): Promise<string[]> {
+      const gone = await db.delete(apiKeys).where(eq(apiKeys.address, address)).returning({ id: apiKeys.id })
+      return gone.map((r) => r.id)
+    },
+
     async setDailyQuota (keyId: string, dailyQuota: number | null): Promise<ApiKey> {
       const [row] = await db.update(apiKeys).set({ dailyQuota }).where(eq(apiKeys.id, keyId)).returning(publicColumns)
       if (row === undefined) throw new NotFound('key', keyId)

@@ -1,4 +1,4 @@
-import { and, eq, gt, lte, sql } from 'drizzle-orm'
+import { and, eq, gt, inArray, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryPrepared } from '../../db/rows.js'
 import { idempotencyKeys } from './idempotency.table.js'
@@ -62,6 +62,11 @@ export function createIdempotencyRepository (db: Db) {
         .where(and(eq(idempotencyKeys.keyId, key.keyId), eq(idempotencyKeys.idempotencyKey, key.idempotencyKey),
           gt(idempotencyKeys.createdAt, sql`now() - make_interval(secs => ${IDEMPOTENCY_WINDOW_MS / 1000})`)))
       return row
+    },
+
+    /** Erasure: every record of these keys (the messages they name are gone). */
+    async forget (keyIds: string[]): Promise<void> {
+      if (keyIds.length > 0) await db.delete(idempotencyKeys).where(inArray(idempotencyKeys.keyId, keyIds))
     },
 
     /** Retention: records past the window answer nothing any more. */

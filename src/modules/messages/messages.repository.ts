@@ -196,6 +196,66 @@ export function createMessagesRepository (db: Db) {
       return gone.length
     },
 
+    /**
+     * Erasure: the oldest messages `sender` sent, at most `limit`, and fewer when together they
+     * had more than `maxRecipients` recipients (always at least one), each locked until the
+     * caller's transaction ends (waiting for an edit or a reaction in flight), in id order.
+     */
+    async lockSentBy (sender: string, limit: number, maxRecipients: number): Promise<string[]> {
+      const rows = await queryRows<{ id: string }>(db, sql`
+        SELECT id FROM ${messages} WHERE id IN (
+          SELECT id FROM (
+            SELECT m.id, row_number() OVER w AS n, sum(m.recipients) OVER w AS recipients
+            FROM (
+              SELECT o.id, o.created_at, (SELECT count(*) FROM ${deliveries} d WHERE d.message_id = o.id) AS recipients
+              FROM ${messages} o WHERE o.sender = ${sender} ORDER BY o.created_at LIMIT ${limit}
+            ) m
+            WINDOW w AS (ORDER BY m.created_at, m.id)
+          ) counted WHERE n = 1 OR recipients <= ${maxRecipients})
+        ORDER BY id FOR UPDATE`)
+      return rows.map((r) => r.id)
+    },
+
+    /**
+     * Erases these messages for everyone, as remove() does one, and answers each message's
+     * recipients (every delivery row it had) for their message.deleted.
+     */
+    async removeManyTelling (ids: string[]): Promise<{ messageId: string, recipient: string }[]> {
+      if (ids.length === 0) return []
+      const rows = await queryRows<{ message_id: string, recipient: string }>(db, sql`
+        WITH gone AS (DELETE FROM ${messages} WHERE ${messages.id} = ANY(${sql.param(ids)}::text[]) RETURNING id)
+        SELECT ${deliveries.messageId}, ${deliveries.recipient} FROM ${deliveries} WHERE ${deliveries.messageId} IN (SELECT id FROM gone)
+        ORDER BY 2, 1`)
+      return rows.map((r) => ({ messageId: r.message_id, recipient: r.recipient }))
+    },
+
+    /**
+     * Erasure: up to `limit` of `address`'s reactions to others' messages, removed, the messages
+     * locked first (no key update, as a reaction locks its message), in id order. Answers the
+     * messages they were on.
+     */
+    async removeReactionsBy (address: string, limit: number): Promise<string[]> {
+      const picked = await db.selectDistinct({ messageId: messageReactions.messageId }).from(messageReactions)
+        .where(eq(messageReactions.address, address)).orderBy(asc(messageReactions.messageId)).limit(limit)
+      if (picked.length === 0) return []
+      const ids = picked.map((r) => r.messageId)
+      await db.select({ id: messages.id }).from(messages).where(inArray(messages.id, ids)).orderBy(asc(messages.id)).for('no key update')
+      await db.delete(messageReactions).where(and(eq(messageReactions.address, address), inArray(messageReactions.messageId, ids)))
+      return ids
+    },
+
+    /**
+     * Erasure: up to `limit` of `recipient`'s delivery rows (its statuses and hides of messages
+     * others sent it); the messages stay their senders'. Answers how many went.
+     */
+    async removeDeliveriesOf (recipient: string, limit: number): Promise<number> {
+      const some = db.select({ messageId: deliveries.messageId }).from(deliveries)
+        .where(eq(deliveries.recipient, recipient)).orderBy(asc(deliveries.messageId)).limit(limit)
+      const gone = await db.delete(deliveries).where(and(eq(deliveries.recipient, recipient), inArray(deliveries.messageId, some)))
+        .returning({ messageId: deliveries.messageId })
+      return gone.length
+    },
+
     /** Hides the message from one recipient only. */
     async hide (id: string, recipient: string): Promise<void> {
       await db.update(deliveries).set({ hiddenAt: sql`now()` })

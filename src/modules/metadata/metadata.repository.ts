@@ -33,10 +33,12 @@ export function createMetadataRepository (db: Db) {
       return toMetadata(entity, { entity, data, updatedAt: now })
     },
 
-    /** Drops entities' maps; call it in the transaction that deletes the messages or group. */
-    async remove (...entities: string[]): Promise<void> {
-      if (entities.length === 0) return
-      await db.delete(metadata).where(entities.length === 1 ? eq(metadata.entity, entities[0]!) : inArray(metadata.entity, entities))
+    /** Drops entities' maps; call it in the transaction that deletes the messages or group. Answers how many there were. */
+    async remove (...entities: string[]): Promise<number> {
+      if (entities.length === 0) return 0
+      const gone = await db.delete(metadata).where(entities.length === 1 ? eq(metadata.entity, entities[0]!) : inArray(metadata.entity, entities))
+        .returning({ entity: metadata.entity })
+      return gone.length
     }
   }
 }

@@ -1,4 +1,4 @@
-import { lt, sql } from 'drizzle-orm'
+import { inArray, lt, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { quotaUsage } from './quota.table.js'
@@ -24,6 +24,11 @@ export function createQuotaRepository (db: Db) {
         SELECT coalesce((SELECT count FROM ${quotaUsage} WHERE key_id = ${keyId} AND day = (now() AT TIME ZONE 'UTC')::date), 0)::int AS used,
           extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at`)
       return { used: row!.used, resetAt: Number(row!.reset_at) }
+    },
+
+    /** Erasure: every count of these keys. */
+    async forget (keyIds: string[]): Promise<void> {
+      if (keyIds.length > 0) await db.delete(quotaUsage).where(inArray(quotaUsage.keyId, keyIds))
     },
 
     /** Forgets days long past. */

@@ -1,4 +1,4 @@
-import { and, asc, eq, sql } from 'drizzle-orm'
+import { and, asc, eq, inArray, sql } from 'drizzle-orm'
 import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import type { RosterEntry } from './roster.schemas.js'
@@ -28,6 +28,14 @@ export function createRosterRepository (db: Db) {
         })
         .returning()
       return row!
+    },
+
+    /** Erasure: up to `limit` entries of `owner`'s roster, removed; answers how many. */
+    async removeOwnedBy (owner: string, limit: number): Promise<number> {
+      const some = db.select({ entity: rosterEntries.entity }).from(rosterEntries).where(eq(rosterEntries.owner, owner)).limit(limit)
+      const gone = await db.delete(rosterEntries).where(and(eq(rosterEntries.owner, owner), inArray(rosterEntries.entity, some)))
+        .returning({ entity: rosterEntries.entity })
+      return gone.length
     },
 
     /** Removes an entry; false when it was not there. */

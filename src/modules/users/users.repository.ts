@@ -1,12 +1,11 @@
-import { and, asc, eq, gt, ilike, inArray, or, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, ilike, inArray, isNull, or, sql } from 'drizzle-orm'
 import type { PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import type { Db } from '../../db/client.js'
-import { sqlState, UNIQUE_VIOLATION } from '../../db/errors.js'
 import { Conflict } from '../../errors.js'
 import { likePattern } from '../../db/like.js'
 import { checkDisplayName } from './display-name.js'
 import { queryRows } from '../../db/rows.js'
-import type { AdminUser, User } from './users.schemas.js'
+import type { AdminUser, ErasureState, User } from './users.schemas.js'
 import { users, type UserRow } from './users.table.js'
 import { normalizeAddress } from '../../ids.js'
 
@@ -20,26 +19,41 @@ export function toUser (row: UserRow): User {
   return { address: row.address, displayName: row.displayName, bot: row.bot, createdAt: row.createdAt.toISOString() }
 }
 
+function erasureOf (row: UserRow): ErasureState | null {
+  if (row.erasedAt !== null) return 'done'
+  return row.erasureRequestedAt === null ? null : 'pending'
+}
+
 export function toAdminUser (row: UserRow): AdminUser {
-  return { ...toUser(row), deactivatedAt: row.deactivatedAt?.toISOString() ?? null }
+  return { ...toUser(row), deactivatedAt: row.deactivatedAt?.toISOString() ?? null, erasure: erasureOf(row) }
+}
+
+/** The refusal of a change an erasure rules out: its address stays reserved, its data gone. */
+export function erasedConflict (address: string, what: string): Conflict {
+  return new Conflict(`user ${address} is erased (or being erased): ${what}; its address stays reserved`)
+}
+
+/** A user whose erasure is pending, and in how many milliseconds (by the database's clock) it may be marked done. */
+export interface PendingErasure {
+  address: string
+  dueInMs: number
 }
 
 export function createUsersRepository (db: Db) {
   return {
-    /** Creates a user; an address already taken throws Conflict, a display name with invisible characters ValidationFailed. */
+    /**
+     * Creates a user; an address already taken throws Conflict (saying so when an erasure keeps
+     * it reserved), a display name with invisible characters ValidationFailed.
+     */
     async create (user: NewUser): Promise<UserRow> {
       checkDisplayName(user.displayName)
-      try {
-        const [row] = await db.insert(users).values({
-          address: normalizeAddress(user.address),
-          displayName: user.displayName ?? null,
-          bot: user.bot ?? false
-        }).returning()
-        return row!
-      } catch (err) {
-        if (sqlState(err) === UNIQUE_VIOLATION) throw new Conflict(`user ${normalizeAddress(user.address)} already exists`)
-        throw err
-      }
+      const address = normalizeAddress(user.address)
+      const [row] = await db.insert(users).values({ address, displayName: user.displayName ?? null, bot: user.bot ?? false })
+        .onConflictDoNothing({ target: users.address }).returning()
+      if (row !== undefined) return row
+      const [taken] = await db.select({ erasureRequestedAt: users.erasureRequestedAt }).from(users).where(eq(users.address, address))
+      if (taken !== undefined && taken.erasureRequestedAt !== null) throw erasedConflict(address, 'its address cannot be taken again')
+      throw new Conflict(`user ${address} already exists`)
     },
 
     /** Creates a user unless the address is taken (then leaves that user as it is). */
@@ -105,7 +119,11 @@ export function createUsersRepository (db: Db) {
         .limit(limit)
     },
 
-    /** Renames and/or (re)activates a user; undefined when there is no such user. */
+    /**
+     * Renames and/or (re)activates a user; undefined when there is no such user. A user whose
+     * erasure was asked for is neither renamed nor reactivated (Conflict): decided in the
+     * update's own statement, so an erasure committed first is always seen.
+     */
     async update (address: string, changes: { displayName?: string | null, deactivated?: boolean }): Promise<UserRow | undefined> {
       checkDisplayName(changes.displayName)
       const set: PgUpdateSetSource<typeof users> = {}
@@ -113,11 +131,58 @@ export function createUsersRepository (db: Db) {
       // Deactivating twice keeps the first time.
       if (changes.deactivated === true) set.deactivatedAt = sql`coalesce(${users.deactivatedAt}, now())`
       if (changes.deactivated === false) set.deactivatedAt = null
-      const where = eq(users.address, normalizeAddress(address))
-      const [row] = Object.keys(set).length === 0
-        ? await db.select().from(users).where(where)
-        : await db.update(users).set(set).where(where).returning()
+      const normalized = normalizeAddress(address)
+      const where = eq(users.address, normalized)
+      if (Object.keys(set).length === 0) return (await db.select().from(users).where(where))[0]
+      // Deactivating an erased user again changes nothing and is allowed; anything else would bring some of it back.
+      const harmless = changes.displayName === undefined && changes.deactivated !== false
+      const [row] = await db.update(users).set(set)
+        .where(harmless ? where : and(where, isNull(users.erasureRequestedAt))).returning()
+      if (row !== undefined || harmless) return row
+      const [erased] = await db.select({ address: users.address }).from(users).where(where)
+      if (erased === undefined) return undefined
+      throw erasedConflict(normalized, changes.deactivated === false ? 'it cannot be reactivated' : 'it cannot be renamed')
+    },
+
+    /**
+     * Asks for the user's erasure (API.md §14): deactivated at once, its display name cleared,
+     * and the request recorded for the erasure job. Asking again changes nothing (the first
+     * times stay). Undefined when there is no such user.
+     */
+    async requestErasure (address: string): Promise<UserRow | undefined> {
+      const [row] = await db.update(users).set({
+        deactivatedAt: sql`coalesce(${users.deactivatedAt}, now())`,
+        erasureRequestedAt: sql`coalesce(${users.erasureRequestedAt}, now())`,
+        displayName: null
+      }).where(eq(users.address, normalizeAddress(address))).returning()
       return row
+    },
+
+    /**
+     * Users whose erasure is pending, oldest request first, each with how long until `graceMs`
+     * has passed since its request (0 once it has): the erasure job's work list.
+     */
+    async pendingErasures (graceMs: number): Promise<PendingErasure[]> {
+      const rows = await queryRows<{ address: string, due_in_ms: number }>(db, sql`
+        SELECT address, greatest(0, ceil(extract(epoch FROM erasure_requested_at + make_interval(secs => ${graceMs / 1000}) - now()) * 1000))::float8 AS due_in_ms
+        FROM users WHERE erasure_requested_at IS NOT NULL AND erased_at IS NULL
+        ORDER BY erasure_requested_at, address`)
+      return rows.map((r) => ({ address: r.address, dueInMs: Number(r.due_in_ms) }))
+    },
+
+    /**
+     * Marks a pending erasure done, once `graceMs` has passed since it was asked for (by the
+     * database's clock); false while it has not (or when it is not pending).
+     */
+    async markErased (address: string, graceMs: number): Promise<boolean> {
+      const done = await db.update(users).set({ erasedAt: sql`now()`, displayName: null })
+        .where(and(
+          eq(users.address, address),
+          isNull(users.erasedAt),
+          sql`${users.erasureRequestedAt} <= now() - make_interval(secs => ${graceMs / 1000})`
+        ))
+        .returning({ address: users.address })
+      return done.length > 0
     },
 
     /** Makes sure the bot user exists and is marked as a bot (TEST_BOT_ADDRESS may differ from the seed). */

@@ -11,10 +11,17 @@ export const UserSchema = Type.Object({
 
 export type User = Static<typeof UserSchema>
 
-/** A user as the admin API shows it: with whether an operator deactivated it. */
+/** Where an erasure of the user stands (DELETE /admin/users/{user}); null: none was asked for. */
+export type ErasureState = 'pending' | 'done'
+
+/** A user as the admin API shows it: with whether an operator deactivated it, and whether it is erased. */
 export const AdminUserSchema = Type.Object({
   ...UserSchema.properties,
-  deactivatedAt: Type.Union([Timestamp, Type.Null()], { description: 'When an operator deactivated the user; null while active' })
+  deactivatedAt: Type.Union([Timestamp, Type.Null()], { description: 'When an operator deactivated the user; null while active' }),
+  erasure: Type.Union([Type.Literal('pending'), Type.Literal('done'), Type.Null()], {
+    description: 'Erasure (DELETE /admin/users/{user}): pending while its data is being removed in the background, done once ' +
+      'nothing of it is left but this row, which keeps the address reserved; null when no erasure was asked for'
+  })
 }, { title: 'AdminUser' })
 
 export type AdminUser = Static<typeof AdminUserSchema>

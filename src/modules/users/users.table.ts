@@ -1,4 +1,5 @@
-import { bigint, boolean, pgTable, text } from 'drizzle-orm/pg-core'
+import { sql } from 'drizzle-orm'
+import { bigint, boolean, index, pgTable, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
 
 export const users = pgTable('users', {
@@ -11,7 +12,14 @@ export const users = pgTable('users', {
   deactivatedAt: timestamptz('deactivated_at'),
   // The id of the newest event in this user's feed. Taking the next ids means locking this row,
   // so two transactions writing to one feed commit their events in id order (no skipped events).
-  eventSeq: bigint('event_seq', { mode: 'number' }).notNull().default(0)
-})
+  eventSeq: bigint('event_seq', { mode: 'number' }).notNull().default(0),
+  // Erasure (DELETE /admin/users/{user}, API.md §14): when an operator asked for it, and when the
+  // background job finished. The row itself stays, deactivated: the address stays reserved.
+  erasureRequestedAt: timestamptz('erasure_requested_at'),
+  erasedAt: timestamptz('erased_at')
+}, (t) => [
+  // The erasure job's look for work on every instance, every minute: the few pending rows only.
+  index('users_erasure_pending_idx').on(t.erasureRequestedAt).where(sql`erasure_requested_at IS NOT NULL AND erased_at IS NULL`)
+])
 
 export type UserRow = typeof users.$inferSelect

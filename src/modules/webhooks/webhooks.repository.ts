@@ -111,6 +111,12 @@ export function createWebhooksRepository (db: Db) {
       return gone.length > 0
     },
 
+    /** Erasure: deletes every webhook of the user and their delivery logs; answers how many. */
+    async removeAllOf (address: string): Promise<number> {
+      const gone = await db.delete(webhooks).where(eq(webhooks.address, address)).returning({ id: webhooks.id })
+      return gone.length
+    },
+
     /** One page of a webhook's delivery log, newest event first. */
     async deliveries (id: string, limit: number, before: number | undefined): Promise<WebhookDeliveryRow[]> {
       return db.select().from(webhookDeliveries)
