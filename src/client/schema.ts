@@ -147,6 +147,26 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v2/admin/users/{user}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a user's data
+         * @description A zip streamed as it is read, in constant memory: README.txt, profile.json (the user, its keys and webhooks, never their secrets), roster.json, groups.json, metadata.json, messages.jsonl (every message it sent or received and may still read, with statuses, edits, reactions and metadata) and attachments/. On PostgreSQL every file shows one moment (a snapshot); on the embedded database, nothing newer than the export's start (profile.json says which). One export per user at a time: 429 otherwise. Recorded in the audit log as user.export.
+         */
+        get: operations["adminExportUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/admin/users/{user}/webhooks": {
         parameters: {
             query?: never;
@@ -303,6 +323,26 @@ export type paths = {
          * @description text/event-stream: every unacknowledged event after the Last-Event-ID header (or ?after=), then each new one as it commits on any instance, as `id:` / `event:` / `data:` (the Event JSON). A comment line is sent at least every 15 s. Acknowledges nothing; counted with the key's long-polls (MAX_LONG_POLLS_PER_KEY). The connection is closed within 5 s of the key being revoked or expiring, or its user deactivated, and when the client takes nothing for 10 s.
          */
         get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export my data
+         * @description A zip streamed as it is read, in constant memory: README.txt, profile.json (the user, its keys and webhooks, never their secrets), roster.json, groups.json, metadata.json, messages.jsonl (every message it sent or received and may still read, with statuses, edits, reactions and metadata) and attachments/. On PostgreSQL every file shows one moment (a snapshot); on the embedded database, nothing newer than the export's start (profile.json says which). One export per user at a time: 429 otherwise. Recorded in the audit log as user.export.
+         */
+        get: operations["exportMine"];
         put?: never;
         post?: never;
         delete?: never;
@@ -826,10 +866,10 @@ export type components = {
          */
         AuditEntry: {
             /**
-             * @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase (an erasure asked for; each request is recorded, the first one starts it), key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete
+             * @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase (an erasure asked for; each request is recorded, the first one starts it), key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete, user.export (an export of the user's data was started, by the user itself or by an admin)
              * @enum {string}
              */
-            action: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "user.erase" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
+            action: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "user.erase" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete" | "user.export";
             actor: {
                 /** @description The user that key acts as */
                 address: string;
@@ -1458,6 +1498,8 @@ export type components = {
         ContentRange: string;
         /** @description The SHA-256 of the file, quoted */
         ETag: string;
+        /** @description attachment; filename="parley-export-<address>-<date>.zip" */
+        ExportDisposition: string;
         /** @description "true" when this answers an earlier send with the same Idempotency-Key */
         IdempotentReplayed: string;
         /** @description Messages this key may send per UTC day */
@@ -1556,8 +1598,8 @@ export interface operations {
     adminListAudit: {
         parameters: {
             query?: {
-                /** @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase (an erasure asked for; each request is recorded, the first one starts it), key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete */
-                action?: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "user.erase" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete";
+                /** @description What was done: user.create, user.update (display name), user.deactivate, user.reactivate, user.erase (an erasure asked for; each request is recorded, the first one starts it), key.create, key.update (scopes, daily quota or expiry), key.revoke, webhook.create, webhook.delete, user.export (an export of the user's data was started, by the user itself or by an admin) */
+                action?: "user.create" | "user.update" | "user.deactivate" | "user.reactivate" | "user.erase" | "key.create" | "key.update" | "key.revoke" | "webhook.create" | "webhook.delete" | "user.export";
                 /** @description A key id (key_…), a user address (what any of its keys did), or `cli` (what the operator CLI did) */
                 actor?: string;
                 /** @description nextCursor of the previous page */
@@ -2663,6 +2705,114 @@ export interface operations {
             };
         };
     };
+    adminExportUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A user address: 1-64 characters of a-z 0-9 . @ + -, starting with a letter or digit; case-insensitive */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A zip, streamed as it is read: README.txt, profile.json, roster.json, groups.json, metadata.json, messages.jsonl (one message a line, with statuses, edits, reactions and metadata) and attachments/<message id>/<n>-<name> */
+            200: {
+                headers: {
+                    "Content-Disposition": components["headers"]["ExportDisposition"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/zip": Blob;
+                };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            403: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            404: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     adminListUserWebhooks: {
         parameters: {
             query?: {
@@ -3463,6 +3613,85 @@ export interface operations {
                 };
                 content: {
                     "application/json": string;
+                };
+            };
+            /** @description Every error answer */
+            400: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            401: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Every error answer */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    exportMine: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A zip, streamed as it is read: README.txt, profile.json, roster.json, groups.json, metadata.json, messages.jsonl (one message a line, with statuses, edits, reactions and metadata) and attachments/<message id>/<n>-<name> */
+            200: {
+                headers: {
+                    "Content-Disposition": components["headers"]["ExportDisposition"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/zip": Blob;
                 };
             };
             /** @description Every error answer */
