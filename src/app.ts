@@ -136,7 +136,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now, e
     await v2.register(adminRoutes, { db: database.db, authenticator: app.authenticator, erasure: app.erasure })
     await v2.register(auditRoutes, { db: database.db })
     // Each export on PostgreSQL holds a connection for its whole download: a quarter of the pool.
-    await v2.register(exportRoutes, { database, maxExports: database.driver === 'pglite' ? 2 : Math.max(1, Math.floor(poolSize / 4)) })
+    await v2.register(exportRoutes, { database, maxExports: database.driver === 'pglite' ? 2 : Math.max(1, Math.floor(poolSize / 4)), maxSeconds: config.exportMaxSeconds })
     await v2.register(webhooksRoutes, { db: database.db, dispatcher: app.webhookDispatcher, secrets: app.webhookSecrets, allowPrivate: config.webhookAllowPrivate })
   }, { prefix: '/v2' })
 

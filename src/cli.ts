@@ -181,14 +181,20 @@ async function exportToFile (database: Database, address: string, path: string):
   await once(file, 'open')
   const zip = new ZipFile()
   const written = pipeline(zip.outputStream, file)
+  // A write that fails (a full disk) stops the export, rather than leave it waiting on a file
+  // that takes nothing more.
+  let failed: unknown
+  written.catch((err: unknown) => { failed = err })
   try {
-    await runExport(database, address, zip, CLI_SOURCE, () => {})
+    await runExport(database, address, zip, CLI_SOURCE, (run) => {
+      written.catch((err: unknown) => { run.abort(`${path} could not be written: ${(err as Error).message}`) })
+    })
     await written
   } catch (err) {
     cutArchive(zip)
     await written.catch(() => {})
     await rm(path, { force: true })
-    throw err
+    throw failed ?? err
   }
   return file.bytesWritten
 }

@@ -59,6 +59,7 @@ const ConfigSchema = Type.Object({
   REQUEST_TIMEOUT_SECONDS: Int(1, 3600, 60, 'an integer number of seconds from 1 to 3600'),
   MAX_GROUP_MEMBERS: Int(1, 100_000, 1_000, 'an integer from 1 to 100000'),
   AUDIT_RETENTION_DAYS: Int(1, 36_500, 365, 'an integer number of days from 1 to 36500'),
+  EXPORT_MAX_SECONDS: Int(1, 86_400, 3_600, 'an integer number of seconds from 1 to 86400'),
   // Unset: messages are kept until deleted.
   MESSAGE_RETENTION_DAYS: Type.Optional(Type.Integer({ minimum: 1, maximum: 36_500, description: 'an integer number of days from 1 to 36500' })),
   WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
@@ -121,6 +122,8 @@ export interface Config {
   maxGroupMembers: number
   /** Days an audit log entry is kept; retention purges older ones. */
   auditRetentionDays: number
+  /** How long one export may stream (it holds a snapshot on PostgreSQL): past it, it is cut. */
+  exportMaxSeconds: number
   /** Days a message is kept before retention purges it (a group may keep its own for less); undefined: until deleted. */
   messageRetentionDays: number | undefined
   /** Webhooks may target private, loopback and link-local addresses, and http:// (development). */
@@ -228,6 +231,7 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     requestTimeoutSeconds: e.REQUEST_TIMEOUT_SECONDS,
     maxGroupMembers: e.MAX_GROUP_MEMBERS,
     auditRetentionDays: e.AUDIT_RETENTION_DAYS,
+    exportMaxSeconds: e.EXPORT_MAX_SECONDS,
     messageRetentionDays: e.MESSAGE_RETENTION_DAYS,
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookSecretsKey: e.WEBHOOK_SECRETS_KEY === undefined ? undefined : Buffer.from(e.WEBHOOK_SECRETS_KEY, 'hex'),

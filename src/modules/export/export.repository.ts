@@ -53,7 +53,7 @@ export function createExportRepository (db: Db) {
      * the snapshot's transaction: false when another instance holds it.
      */
     async tryLock (address: string): Promise<boolean> {
-      const [row] = await queryRows<{ locked: boolean }>(db, sql`SELECT pg_try_advisory_xact_lock(hashtext('parley-export'), hashtext(${address})) AS locked`)
+      const [row] = await queryRows<{ locked: boolean }>(db, sql`SELECT pg_try_advisory_xact_lock(hashtextextended('parley-export:' || ${address}, 0)) AS locked`)
       return row?.locked === true
     },
 

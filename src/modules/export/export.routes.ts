@@ -16,6 +16,8 @@ export interface ExportRoutesOptions {
   database: Pick<Database, 'db' | 'driver'>
   /** Exports this process streams at once, over all users: each holds a connection (PostgreSQL) for its whole download. */
   maxExports: number
+  /** EXPORT_MAX_SECONDS: an export still streaming after this is cut, its snapshot let go. */
+  maxSeconds: number
 }
 
 const DESCRIPTION = 'A zip streamed as it is read, in constant memory: README.txt, profile.json (the user, its keys and webhooks, never ' +
@@ -29,7 +31,7 @@ const DESCRIPTION = 'A zip streamed as it is read, in constant memory: README.tx
  * /admin/users/{user}/export`, scope admin). The archive is written by export.service.ts; here,
  * who may have one now, the audit entry, and the snapshot held for as long as the download.
  */
-export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = async (app, { database, maxExports }) => {
+export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = async (app, { database, maxExports, maxSeconds }) => {
   const users = createUsersRepository(database.db)
   // Users whose export this process is streaming; other instances are kept out by the
   // snapshot's advisory lock (PostgreSQL; the embedded database has one process).
@@ -42,17 +44,34 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
     try {
       const zip = new ZipFile()
       const { keyId } = principalOf(req)
-      let unwatch = () => {}
+      // Why the export must stop, as soon as it is known: listened for from here, so a client
+      // that hangs up while the snapshot is being opened is not missed (its close would have
+      // fired before the export could hear it, and the archive then waited for ever on a
+      // response nobody reads, holding the snapshot, the lock and its places).
+      let stopWith: ((reason: string) => void) | undefined
+      let stopReason: string | undefined
+      const stop = (reason: string) => {
+        stopReason ??= reason
+        stopWith?.(stopReason)
+      }
+      const onClose = () => { stop('its client went away') }
+      reply.raw.once('close', onClose)
+      if (reply.raw.closed || req.raw.socket === null || req.raw.socket.destroyed) onClose()
+      // A client that reads slowly keeps the export going, and on PostgreSQL its snapshot open:
+      // whatever its pace, it ends at EXPORT_MAX_SECONDS.
+      const deadline = setTimeout(() => { stop(`it ran past EXPORT_MAX_SECONDS (${maxSeconds} s)`) }, maxSeconds * 1000)
+      const unwatch = app.keyWatch.watch(keyId, () => { stop(`key ${keyId} may no longer ${scope === 'read' ? 'read' : 'administer'}`) }, scope)
       let started!: () => void
       const ready = new Promise<void>((resolve) => { started = resolve })
       const work = runExport(database, address, zip, requestSource(req), (run) => {
-        // A client gone mid-download stops the export, and with it the snapshot's transaction;
-        // so does its key's revocation (or its user's deactivation, or the scope taken away),
-        // within the key watch's second: an export can take minutes.
-        unwatch = app.keyWatch.watch(keyId, () => { run.abort(`key ${keyId} may no longer ${scope === 'read' ? 'read' : 'administer'}`) }, scope)
-        reply.raw.once('close', () => { run.abort('its client went away') })
+        stopWith = (reason) => { run.abort(reason) }
+        if (stopReason !== undefined) run.abort(stopReason)
         started()
-      }).finally(() => { unwatch() })
+      }).finally(() => {
+        clearTimeout(deadline)
+        unwatch()
+        reply.raw.off('close', onClose)
+      })
       await Promise.race([ready, work])
       const date = new Date().toISOString().slice(0, 10)
       void reply

@@ -39,10 +39,11 @@ roster.json     its roster, oldest entry first
 groups.json     the groups it belongs to or owns, with their members and metadata
 metadata.json   its own metadata
 messages.jsonl  one JSON object a line: every message it sent or received and may still read,
-                in the order they were sent, with edits (editedAt), reactions, replies
+                oldest first, with edits (editedAt), reactions, replies
                 (replyTo), metadata, and statuses: "recipients" on those it sent, "status"
                 on those it received; each attachment names its file under attachments/
 attachments/    each file as uploaded: attachments/<message id>/<n>-<file name>
+missing.txt     (only if any) files deleted while the export was being written
 `
 
 /** One export's progress, for the caller to stop it when its client goes. */
@@ -84,13 +85,23 @@ function startExport (reader: Db, zip: ZipFile, address: string, consistent: boo
       current?.destroy(stopped)
     }
   }
-  /** Adds an entry from `source` and resolves once the archive has taken all of it. */
-  const add = async (name: string, source: AsyncIterable<string | Buffer> | Iterable<string | Buffer>, options: { compress: boolean, mtime?: Date }) => {
+  /**
+   * Adds an entry from `source` and resolves once the archive has taken all of it. Stopped, it
+   * rejects only once `source` has finished the step it was in: a generator reading the
+   * database must not go on using the snapshot's connection after the snapshot gave it back.
+   */
+  const add = async (name: string, source: AsyncIterable<string | Buffer> | (string | Buffer)[], options: { compress: boolean, mtime?: Date }) => {
     if (stopped !== undefined) throw stopped
-    const stream = Readable.from(source, { objectMode: false })
+    const iterator = Array.isArray(source) ? undefined : source[Symbol.asyncIterator]()
+    const stream = Readable.from(iterator === undefined ? source : { [Symbol.asyncIterator]: () => iterator }, { objectMode: false })
     current = stream
     zip.addReadStream(stream, name, options)
-    await finished(stream)
+    try {
+      await finished(stream)
+    } catch (err) {
+      await iterator?.return?.(undefined).catch(() => {})
+      throw err
+    }
   }
   const done = (async () => {
     const repo = createExportRepository(reader)
@@ -102,8 +113,15 @@ function startExport (reader: Db, zip: ZipFile, address: string, consistent: boo
     await add('metadata.json', [JSON.stringify(await createMetadataRepository(reader).get(address), null, 2)], { compress: true })
     await add('messages.jsonl', messageLines(reader, repo, address, until), { compress: true })
     const chunks = createAttachmentChunksRepository(reader)
+    // Without a snapshot (the embedded database), a message deleted since messages.jsonl was
+    // written has lost its files: they are listed in missing.txt rather than fail the export.
+    const missing: string[] = []
     for await (const file of filesOf(repo, address, until)) {
-      await add(file.path, fileBytes(chunks, file.uploadId, file.size), { compress: false, mtime: file.createdAt })
+      if (file.size > 0 && await chunks.readSlice(file.uploadId, 0, 0, 1) === undefined) missing.push(file.path)
+      else await add(file.path, fileBytes(chunks, file.uploadId, file.size), { compress: false, mtime: file.createdAt })
+    }
+    if (missing.length > 0) {
+      await add('missing.txt', [`Files deleted while this export was being written, not in it:\n${missing.join('\n')}\n`], { compress: true })
     }
     zip.end()
   })()

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { request, type IncomingMessage } from 'node:http'
+import { connect } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
@@ -226,4 +227,50 @@ t.test('a file\'s name in the archive stays inside its message\'s folder, whatev
     t.ok(path.startsWith('attachments/msg_x/3-') && !path.slice('attachments/msg_x/'.length).includes('/') && !path.includes('\\'), `${JSON.stringify(name)} → ${path}`)
   }
   t.equal(archivePath('msg_x', 1, 'x'.repeat(300)).length, 'attachments/msg_x/1-'.length + 100, 'at most 100 characters of the name')
+})
+
+t.test('clients that hang up while the export starts leave nothing held: the next export of the user runs', async (t) => {
+  const { app, alice } = await setUp(t)
+  await heavy(alice, 2)
+  const base = await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = new URL(base)
+  // Hung up 0-15 ms after asking: some before the snapshot is open, some while the archive starts.
+  for (let i = 0; i < 20; i++) {
+    const socket = connect(Number(port), '127.0.0.1')
+    socket.on('error', () => {})
+    socket.write(`GET /v2/export HTTP/1.1\r\nHost: x\r\nAuthorization: ${alice.authorization}\r\n\r\n`)
+    await sleep(i % 16)
+    socket.destroy()
+  }
+  let status = 0
+  for (let i = 0; i < 100 && status !== 200; i++) {
+    const res = await fetch(`${base}/v2/export`, { headers: { authorization: alice.authorization } })
+    status = res.status
+    await res.arrayBuffer()
+    if (status !== 200) await sleep(100)
+  }
+  t.equal(status, 200, 'an export of alice runs again: none of the abandoned ones is still holding it')
+})
+
+t.test('an export still streaming at EXPORT_MAX_SECONDS is cut, and its hold ends', async (t) => {
+  const built = await build(t, { env: { ...ENV, EXPORT_MAX_SECONDS: '2' } })
+  const alice = await built.as('alice')
+  await built.as('bob')
+  await heavy(alice, 12)
+  const base = await built.app.listen({ host: '127.0.0.1', port: 0 })
+  const started = performance.now()
+  const { res } = await stalledExport(base, alice.authorization)
+  const ended = new Promise<string>((resolve) => {
+    res.on('aborted', () => { resolve('aborted') })
+    res.on('error', () => { resolve('error') })
+    res.on('end', () => { resolve('end') })
+  })
+  await sleep(3_000)
+  res.resume()
+  t.not(await ended, 'end', 'cut, not ended as if whole')
+  t.ok(performance.now() - started < 10_000, 'at about the limit')
+  t.ok(built.logs().includes('EXPORT_MAX_SECONDS'), 'the log says why')
+  const again = await fetch(`${base}/v2/export`, { headers: { authorization: alice.authorization } })
+  t.equal(again.status, 200, 'the next export runs')
+  await again.arrayBuffer()
 })
