@@ -360,12 +360,13 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
         return scope
       })
       const created = await withDatabase(config, io, 'key create', async ({ db }) => {
-        const user = await createUsersRepository(db).find(address)
-        if (user === undefined) {
-          throw new Error(`user ${address} does not exist; create it first with \`parley user create ${address}\``)
-        }
-        if (user.erasureRequestedAt !== null) throw erasedConflict(address, 'it gets no keys')
         return audited(db, CLI_SOURCE, async (tx, record) => {
+          // The user's row locked in the key's transaction, as the admin API does (no key slips past an erasure).
+          const user = await createUsersRepository(tx).find(address, 'share')
+          if (user === undefined) {
+            throw new Error(`user ${address} does not exist; create it first with \`parley user create ${address}\``)
+          }
+          if (user.erasureRequestedAt !== null) throw erasedConflict(address, 'it gets no keys')
           const created = await createKeysRepository(tx).create(address, quota, scopes === undefined ? {} : { scopes })
           await record('key.create', created.keyId)
           return created

@@ -194,11 +194,13 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Db, authenticator: Aut
     }
   }, async (req) => {
     const address = normalizeAddress(req.body.address)
-    const user = await users.find(address)
-    if (user === undefined) throw new NotFound('user', address)
-    if (user.erasureRequestedAt !== null) throw erasedConflict(address, 'it gets no keys')
     const expiresAt = future(req.body.expiresAt, 'expiresAt') ?? null
     const created = await audited(db, requestSource(req), async (tx, record) => {
+      // Checked on the user's row locked in the key's own transaction: an erasure asked for
+      // meanwhile either waits for this key (and then revokes it with the rest) or is seen here.
+      const user = await createUsersRepository(tx).find(address, 'share')
+      if (user === undefined) throw new NotFound('user', address)
+      if (user.erasureRequestedAt !== null) throw erasedConflict(address, 'it gets no keys')
       const created = await createKeysRepository(tx).create(address, req.body.dailyQuota ?? null, {
         ...(req.body.scopes === undefined ? {} : { scopes: req.body.scopes }),
         expiresAt

@@ -49,6 +49,8 @@ export interface ErasureResult {
   erased: string[]
   /** Milliseconds until the soonest erasure with nothing left but its grace may be marked done; undefined when none waits. */
   dueInMs: number | undefined
+  /** Users whose erasure failed this run (the next run tries again): one user's failure holds up no other's. */
+  failed: { address: string, err: unknown }[]
 }
 
 type Outcome = 'batch' | 'erased' | 'waiting'
@@ -63,17 +65,24 @@ type Outcome = 'batch' | 'erased' | 'waiting'
  */
 export async function eraseRequested (db: Db, options: ErasureOptions): Promise<ErasureResult> {
   const batch = options.batch ?? ERASURE_BATCH
-  const result: ErasureResult = { ran: true, batches: 0, erased: [], dueInMs: undefined }
+  const result: ErasureResult = { ran: true, batches: 0, erased: [], dueInMs: undefined, failed: [] }
   const pending = await createUsersRepository(db).pendingErasures(options.graceMs)
   for (const { address, dueInMs } of pending) {
     for (;;) {
       if (options.signal?.aborted === true || result.batches >= (options.maxBatches ?? Infinity)) return result
       const started = performance.now()
-      const outcome = await transaction(db, async (tx): Promise<Outcome | undefined> => {
-        if (!await createSettingsRepository(tx).tryLock(ERASURE_LOCK_KEY)) return undefined
-        if (await eraseNextBatch(tx, address, batch) !== undefined) return 'batch'
-        return await createUsersRepository(tx).markErased(address, options.graceMs) ? 'erased' : 'waiting'
-      })
+      let outcome: Outcome | undefined
+      try {
+        outcome = await transaction(db, async (tx): Promise<Outcome | undefined> => {
+          if (!await createSettingsRepository(tx).tryLock(ERASURE_LOCK_KEY)) return undefined
+          if (await eraseNextBatch(tx, address, batch) !== undefined) return 'batch'
+          return await createUsersRepository(tx).markErased(address, options.graceMs) ? 'erased' : 'waiting'
+        })
+      } catch (err) {
+        // The next user's erasure is not held up by this one's: it is tried again next run.
+        result.failed.push({ address, err })
+        break
+      }
       if (outcome === undefined) return { ...result, ran: false }
       if (outcome === 'erased') {
         result.erased.push(address)
@@ -135,6 +144,7 @@ export function startErasure (db: Db, log: FastifyBaseLogger, settings: ErasureS
     running = eraseRequested(db, { graceMs: settings.graceMs, batch: settings.batch, rest: true, signal: stopping.signal }).then(
       (result) => {
         if (result.batches > 0 || result.erased.length > 0) log.info({ erasureBatches: result.batches, erased: result.erased }, 'erasure')
+        for (const { address, err } of result.failed) log.warn({ err: loggableError(err), user: address }, 'erasure of a user failed; will retry')
         if (result.dueInMs !== undefined) {
           clearTimeout(due)
           due = setTimeout(run, result.dueInMs)

@@ -129,9 +129,12 @@ export function createGroupsRepository (db: Db) {
 
     /** The member that joined longest ago, `except` aside (ties by address); undefined when there is none. */
     async longestStanding (id: string, except: string): Promise<string | undefined> {
+      // An active member first (not deactivated, not being erased): a group handed to a user
+      // nobody can act as would have no one to manage it; failing that, still the longest-standing.
       const [row] = await db.select({ address: groupMembers.address }).from(groupMembers)
+        .innerJoin(users, eq(users.address, groupMembers.address))
         .where(and(eq(groupMembers.groupId, id), ne(groupMembers.address, except)))
-        .orderBy(asc(groupMembers.addedAt), asc(groupMembers.address))
+        .orderBy(sql`(${users.deactivatedAt} IS NULL AND ${users.erasureRequestedAt} IS NULL) DESC`, asc(groupMembers.addedAt), asc(groupMembers.address))
         .limit(1)
       return row?.address
     },

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, ilike, inArray, isNull, or, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, ilike, inArray, isNotNull, isNull, or, sql } from 'drizzle-orm'
 import type { PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import type { Db } from '../../db/client.js'
 import { Conflict } from '../../errors.js'
@@ -70,6 +70,14 @@ export function createUsersRepository (db: Db) {
       return new Set(rows.map((r) => r.address))
     },
 
+    /** Which of these users have been erased, or are being (API.md §14): their addresses stay reserved, and no one may add them anywhere. */
+    async erased (addresses: string[]): Promise<string[]> {
+      if (addresses.length === 0) return []
+      const rows = await db.select({ address: users.address }).from(users)
+        .where(and(inArray(users.address, addresses), isNotNull(users.erasureRequestedAt)))
+      return rows.map((r) => r.address)
+    },
+
     /**
      * Whether `to` knows `from` well enough to be told it types (API.md §13): a 1:1 message
      * between them either way, a group they both belong to, or `from` in `to`'s roster. Not
@@ -86,8 +94,10 @@ export function createUsersRepository (db: Db) {
       return row?.known === true
     },
 
-    async find (address: string): Promise<UserRow | undefined> {
-      const [row] = await db.select().from(users).where(eq(users.address, normalizeAddress(address)))
+    /** The user; with `share`, its row locked until the transaction ends (an erasure's request waits, or is waited for). */
+    async find (address: string, lock?: 'share'): Promise<UserRow | undefined> {
+      const query = db.select().from(users).where(eq(users.address, normalizeAddress(address)))
+      const [row] = lock === 'share' ? await query.for('share') : await query
       return row
     },
 

@@ -155,3 +155,29 @@ async function withCli (t: TestContext) {
   const built = await setUp(t, { erasure: { graceMs: 0 } })
   return { ...built, runCli: (...args: string[]) => runCliInProcess(args, {}, built.database) }
 }
+
+t.test('an erased user joins no group, and a group it owned passes to an active member before a deactivated one', async (t) => {
+  const { admin, as, erased } = await setUp(t, { erasure: { graceMs: 0 } })
+  const owner = await as('olga')
+  await as('vera')
+  await as('ann')
+  await as('zed')
+  // vera joined first but is deactivated: the group goes to ann, the longest-standing active member.
+  const group = ok(await owner.post('/v2/group', { name: 'club', members: ['vera'] }))
+  ok(await owner.post(`/v2/group/${group.id}/members`, { members: ['ann'] }))
+  ok(await admin.post('/v2/admin/users/vera', { deactivated: true }))
+  ok(await admin.delete('/v2/admin/users/olga'), 202)
+  await erased('olga')
+  const ann = await as('ann')
+  t.match(ok(await ann.get(`/v2/group/${group.id}`)), { owner: 'ann' }, 'ann, not the deactivated vera, owns it now')
+
+  const zed = await as('zed')
+  for (const [what, res] of [
+    ['in a new group', zed.post('/v2/group', { name: 'new', members: ['olga'] })],
+    ['added to one', ann.post(`/v2/group/${group.id}/members`, { members: ['olga'] })]
+  ] as const) {
+    const refused = await res
+    t.equal(refused.statusCode, 409, what)
+    t.match(refused.json(), { code: 'CONFLICT', message: 'user olga has been erased; its address is reserved and cannot join a group' }, what)
+  }
+})
