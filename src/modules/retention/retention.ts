@@ -76,30 +76,44 @@ export async function purgeExpired (
   // transaction, by the instance that claimed this sweep, each under the same lock, so another
   // instance's sweep never overlaps it: many short deletes rather than one long one.
   for (let last = swept.auditEntries; last === AUDIT_PURGE_BATCH;) {
-    last = await underLock(db, async (tx) => createAuditRepository(tx).purge(auditRetentionDays, AUDIT_PURGE_BATCH))
+    last = await underLock(db, async (tx) => createAuditRepository(tx).purge(auditRetentionDays, AUDIT_PURGE_BATCH)) ?? 0
     swept.auditEntries += last
   }
   swept.messages = await purgeMessages(db, options)
   return swept
 }
 
-/** `work` in a transaction holding the retention lock; 0 without doing it when another sweep holds the lock. */
-async function underLock (db: Db, work: (tx: Db) => Promise<number>): Promise<number> {
-  return transaction(db, async (tx) => await createSettingsRepository(tx).tryLock(RETENTION_LOCK_KEY) ? work(tx) : 0)
+/** `work` in a transaction holding the retention lock; undefined without doing it when another sweep holds the lock. */
+async function underLock (db: Db, work: (tx: Db) => Promise<number>): Promise<number | undefined> {
+  return transaction(db, async (tx) => await createSettingsRepository(tx).tryLock(RETENTION_LOCK_KEY) ? work(tx) : undefined)
 }
+
+/** Tries at the lock a purge batch makes before it leaves the backlog to whoever holds it, LOCK_RETRY_MS apart. */
+const LOCK_TRIES = 10
+const LOCK_RETRY_MS = 100
 
 /**
  * Messages past their retention, MESSAGE_PURGE_BATCH a transaction, each under the retention
  * lock (so two instances never purge at once, and never the same message), until a batch comes
- * back short: the backlog is done, another sweep holds the lock (it goes on), or a batch skipped
- * messages other work held (the next sweep takes them). A kill between batches, or the
+ * back short: the backlog is done, or a batch skipped messages other work held (the next sweep
+ * takes them); or until another sweep holds the lock through LOCK_TRIES tries (it goes on). A kill between batches, or the
  * batch limit, leaves the rest to the next sweep: every batch selects by age afresh.
  */
 async function purgeMessages (db: Db, options: RetentionOptions): Promise<number> {
   let total = 0
-  for (let batches = 0; batches < (options.maxMessageBatches ?? Infinity) && options.signal?.aborted !== true; batches++) {
+  for (let batches = 0, misses = 0; batches < (options.maxMessageBatches ?? Infinity) && options.signal?.aborted !== true; batches++) {
     const started = performance.now()
     const purged = await underLock(db, async (tx) => purgeExpiredMessages(tx, options.messageRetentionDays, MESSAGE_PURGE_BATCH))
+    if (purged === undefined) {
+      // Another instance's sweep checking its claim holds the lock for a moment: a purge under
+      // way must not stop for it (its backlog would wait a whole period). Only a lock held
+      // through every try (another instance purging: it goes on with the backlog) ends this one.
+      if (++misses >= LOCK_TRIES) break
+      batches--
+      await rest(LOCK_RETRY_MS, options.signal)
+      continue
+    }
+    misses = 0
     total += purged
     if (purged < MESSAGE_PURGE_BATCH) break
     if (options.rest === true) await rest(Math.min(MAX_REST_MS, performance.now() - started), options.signal)

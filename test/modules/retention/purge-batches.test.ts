@@ -1,10 +1,15 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { connectPostgres } from '../../../src/db/client.js'
 import { MESSAGE_PURGE_BATCH, purgeExpired } from '../../../src/modules/retention/retention.js'
+import { usingPostgres } from '../../support/databases.js'
 import { build } from '../../helper.js'
 import { countRows, holdOffAppSweeps, insertOldMessages, rowsAbout } from './support.js'
 
 const RETENTION = { messageRetentionDays: 30 }
+/** retention.ts's RETENTION_LOCK_KEY ("ret"), as another instance's sweep takes it. */
+const RETENTION_LOCK = 0x70726574
 
 t.test('a backlog larger than a batch is purged a batch per transaction; a sweep stopped after some batches is resumed by the next', async (t) => {
   const { as, db } = await build(t, { env: { MESSAGE_RETENTION_DAYS: '30' } })
@@ -70,4 +75,32 @@ t.test('two instances sweeping at once purge every message exactly once, without
   t.equal(await countRows(db, 'messages'), before - backlog, 'nothing else went')
   t.ok(sweeps >= 3, `${sweeps} sweeps ran`)
   t.notMatch(logs(), /retention sweep failed|"level":50/, 'no error logged')
+})
+
+t.test('a purge under way is not ended by another instance taking the lock for a moment (its claim check)', { skip: usingPostgres() ? false : 'PostgreSQL only: the embedded database has one connection, so nothing else can hold a lock meanwhile' }, async (t) => {
+  const { as, db, url } = await build(t, { env: { MESSAGE_RETENTION_DAYS: '30' } })
+  await holdOffAppSweeps(db)
+  await as('alice')
+  await as('bob')
+  const backlog = MESSAGE_PURGE_BATCH * 8
+  const old = await insertOldMessages(db, { label: 6, sender: 'alice', recipient: 'bob', readers: ['bob'], count: backlog, days: 45 })
+  // Another instance's sweeps, again and again: each takes the retention lock for 20 ms (a
+  // claim check's transaction), as every instance's timer does once a period.
+  const other = await connectPostgres(url!, 2)
+  t.teardown(async () => { await other.close() })
+  let checking = true
+  let held = 0
+  const checks = (async () => {
+    while (checking) {
+      await other.db.execute(sql`SELECT pg_sleep(0.02) FROM (SELECT pg_try_advisory_xact_lock(${RETENTION_LOCK})) locked`)
+      held++
+      await sleep(5)
+    }
+  })()
+  const swept = await purgeExpired(db, 0, 365, { ...RETENTION, rest: true })
+  checking = false
+  await checks
+  t.comment(`${held} claim checks during the purge`)
+  t.equal(swept.messages, backlog, 'the whole backlog in this one sweep')
+  t.equal(await rowsAbout(db, 'messages', 'id', old), 0)
 })
