@@ -1,7 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
-import type { MessageFields } from '../messages/messages.repository.js'
+import { messageFieldsOf, type MessageColumns, type MessageFields } from '../messages/messages.repository.js'
 import type { Message } from '../messages/messages.schemas.js'
 import type { Conversation } from './conversations.schemas.js'
 
@@ -22,30 +22,6 @@ export interface HistoryPage {
   limit: number
   /** In a group: the least id of others' messages that can have reached the viewer (deliveredSince). */
   since?: string | undefined
-}
-
-interface MessageColumns {
-  id: string
-  sender: string
-  recipient: string
-  body: string
-  created_at: Date | string
-  edited_at: Date | string | null
-  reply_to: string | null
-}
-
-const dateOf = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
-
-function toFields (r: MessageColumns): MessageFields {
-  return {
-    id: r.id,
-    sender: r.sender,
-    recipient: r.recipient,
-    body: r.body,
-    createdAt: dateOf(r.created_at),
-    editedAt: r.edited_at === null ? null : dateOf(r.edited_at),
-    replyTo: r.reply_to
-  }
 }
 
 /** Where a page stopped: the last conversation's newest message. */
@@ -141,7 +117,7 @@ export function createConversationsRepository (db: Db) {
         WHERE ${after === undefined ? sql`TRUE` : sql`(latest.created_at, latest.id) < (${after.createdAt}::timestamptz, ${after.id})`}
         ORDER BY latest.created_at DESC, latest.id DESC
         LIMIT ${limit}`)
-      return rows.map((r) => ({ peer: r.peer, unread: Number(r.unread), last: toFields(r) }))
+      return rows.map((r) => ({ peer: r.peer, unread: Number(r.unread), last: messageFieldsOf(r) }))
     },
 
     /**
@@ -170,7 +146,7 @@ export function createConversationsRepository (db: Db) {
     /** One page of a conversation's history (historyStatement). */
     async history (viewer: string, peer: string, page: HistoryPage): Promise<MessageFields[]> {
       const rows = await queryRows<MessageColumns>(db, historyStatement(viewer, peer, page))
-      return rows.map(toFields)
+      return rows.map(messageFieldsOf)
     }
   }
 }

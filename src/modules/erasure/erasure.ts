@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { createSettingsRepository } from '../../db/settings.repository.js'
 import { transaction } from '../../db/transaction.js'
+import { rest } from '../../rest.js'
 import { createUsersRepository } from '../users/users.repository.js'
 import { ERASURE_BATCH, eraseNextBatch, type ErasureBatch } from './erasure.service.js'
 
@@ -98,18 +99,6 @@ export async function eraseRequested (db: Db, options: ErasureOptions): Promise<
     }
   }
   return result
-}
-
-function rest (ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer)
-      signal?.removeEventListener('abort', done)
-      resolve()
-    }
-    const timer = setTimeout(done, ms)
-    signal?.addEventListener('abort', done, { once: true })
-  })
 }
 
 export interface ErasureJob {

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
-import type { MessageFields } from '../messages/messages.repository.js'
+import { messageFieldsOf, type MessageColumns, type MessageFields } from '../messages/messages.repository.js'
 
 /** Where a page of the user's sent messages starts: after this message (their order is time, then id). */
 export interface SentAfter { createdAt: Date, id: string }
@@ -15,21 +15,7 @@ export interface RecipientStatus { address: string, status: 'sent' | 'delivered'
 /** An attachment of a message in the export: its name in the archive and where its bytes are. */
 export interface ExportedFile { messageId: string, n: number, filename: string, size: number, uploadId: string }
 
-interface MessageRowText { id: string, sender: string, recipient: string, body: string, created_at: Date | string, edited_at: Date | string | null, reply_to: string | null }
-
 const asDate = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
-
-function toFields (row: MessageRowText): MessageFields {
-  return {
-    id: row.id,
-    sender: row.sender,
-    recipient: row.recipient,
-    body: row.body,
-    createdAt: asDate(row.created_at),
-    editedAt: row.edited_at === null ? null : asDate(row.edited_at),
-    replyTo: row.reply_to
-  }
-}
 
 /** An ISO 8601 UTC time with milliseconds, as the API writes them, from SQL. */
 const isoText = (column: ReturnType<typeof sql>) => sql`to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
@@ -58,24 +44,24 @@ export function createExportRepository (db: Db) {
     },
 
     async sentPage (address: string, until: Date, after: SentAfter | undefined, limit: number): Promise<MessageFields[]> {
-      const rows = await queryRows<MessageRowText>(db, sql`
+      const rows = await queryRows<MessageColumns>(db, sql`
         SELECT id, sender, recipient, body, created_at, edited_at, reply_to FROM messages
         WHERE sender = ${address} AND created_at <= ${until.toISOString()}::timestamptz
           AND ${after === undefined ? sql`TRUE` : sql`(created_at, id) > (${after.createdAt.toISOString()}::timestamptz, ${after.id})`}
         ORDER BY created_at, id LIMIT ${limit}`)
-      return rows.map(toFields)
+      return rows.map(messageFieldsOf)
     },
 
     /** Delivered to `address` by others and not hidden, in message-id order. */
     async receivedPage (address: string, until: Date, afterId: string | undefined, limit: number): Promise<ReceivedFields[]> {
-      const rows = await queryRows<MessageRowText & { status: ReceivedFields['status'] }>(db, sql`
+      const rows = await queryRows<MessageColumns & { status: ReceivedFields['status'] }>(db, sql`
         SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to, d.status
         FROM deliveries d JOIN messages m ON m.id = d.message_id
         WHERE d.recipient = ${address} AND d.hidden_at IS NULL AND m.sender <> ${address}
           AND m.created_at <= ${until.toISOString()}::timestamptz
           AND ${afterId === undefined ? sql`TRUE` : sql`d.message_id > ${afterId}`}
         ORDER BY d.message_id LIMIT ${limit}`)
-      return rows.map((row) => ({ ...toFields(row), status: row.status }))
+      return rows.map((row) => ({ ...messageFieldsOf(row), status: row.status }))
     },
 
     /** Each message's recipients and statuses, one JSON list per message (aggregated in SQL: a group's 1,000 rows are one value). */

@@ -13,6 +13,32 @@ export type MessageFields = Pick<MessageRow, 'id' | 'sender' | 'recipient' | 'bo
 
 type Reaction = Message['reactions'][number]
 
+/** A message's columns as raw SQL answers them (a driver may give a time as text). */
+export interface MessageColumns {
+  id: string
+  sender: string
+  recipient: string
+  body: string
+  created_at: Date | string
+  edited_at: Date | string | null
+  reply_to: string | null
+}
+
+const dateOf = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
+
+/** The fields of a message read by raw SQL (history pages, exports). */
+export function messageFieldsOf (r: MessageColumns): MessageFields {
+  return {
+    id: r.id,
+    sender: r.sender,
+    recipient: r.recipient,
+    body: r.body,
+    createdAt: dateOf(r.created_at),
+    editedAt: r.edited_at === null ? null : dateOf(r.edited_at),
+    replyTo: r.reply_to
+  }
+}
+
 function toMessage (row: MessageFields, files: AttachmentMeta[], reactions: Reaction[]): Message {
   return {
     id: row.id,

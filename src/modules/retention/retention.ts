@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { createSettingsRepository } from '../../db/settings.repository.js'
 import { transaction } from '../../db/transaction.js'
+import { rest } from '../../rest.js'
 import { createAuditRepository } from '../audit/audit.repository.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createAttachmentChunksRepository } from '../messages/attachment-chunks.repository.js'
@@ -119,18 +120,6 @@ async function purgeMessages (db: Db, options: RetentionOptions): Promise<number
     if (options.rest === true) await rest(Math.min(MAX_REST_MS, performance.now() - started), options.signal)
   }
   return total
-}
-
-function rest (ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer)
-      signal?.removeEventListener('abort', done)
-      resolve()
-    }
-    const timer = setTimeout(done, ms)
-    signal?.addEventListener('abort', done, { once: true })
-  })
 }
 
 interface RetentionSettings {
