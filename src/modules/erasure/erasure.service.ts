@@ -4,6 +4,7 @@ import { removeErasedMember } from '../groups/groups.service.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { createKeysRepository } from '../keys/keys.repository.js'
 import { createIdempotencyRepository } from '../messages/idempotency.repository.js'
+import { deleteManyForEveryone } from '../messages/delete.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createQuotaRepository } from '../quota/quota.repository.js'
@@ -58,21 +59,13 @@ export async function eraseNextBatch (tx: Db, address: string, batch: ErasureBat
 }
 
 /**
- * Messages the user sent, erased for everyone as its own delete erases one (delete.service.ts),
- * in the same order: the messages locked, every feed's copy of their bodies, the messages with
- * their files, reactions, delivery rows and search entries, their metadata, then message.deleted
- * to each recipient they had. A batch takes the oldest `messages`, fewer when they reached more
- * than `events` recipients in all.
+ * Messages the user sent, erased for everyone as its own delete erases them
+ * (delete.service.ts): the oldest `messages`, fewer when they reached more than `events`
+ * recipients in all.
  */
 async function eraseSentMessages (tx: Db, address: string, batch: ErasureBatch): Promise<number> {
-  const messages = createMessagesRepository(tx)
-  const events = createEventsRepository(tx)
-  const ids = await messages.lockSentBy(address, batch.messages, batch.events)
-  if (ids.length === 0) return 0
-  await events.eraseMessageCopies(ids)
-  const recipients = await messages.removeManyTelling(ids)
-  await createMetadataRepository(tx).remove(...ids)
-  await events.append(recipients.map((r) => ({ address: r.recipient, type: 'message.deleted', data: { message: r.messageId } })))
+  const ids = await createMessagesRepository(tx).lockSentBy(address, batch.messages, batch.events)
+  await deleteManyForEveryone(tx, ids)
   return ids.length
 }
 

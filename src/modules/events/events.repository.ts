@@ -236,23 +236,15 @@ export function createEventsRepository (db: Db) {
     },
 
     /**
-     * Erases every feed's copy of a message (message.received carries its body), or only
-     * `address`'s feed's copy (a recipient hiding it).
+     * Erases every feed's copy of these messages (message.received and message.edited carry a
+     * body), or only `address`'s feed's copies (a recipient hiding one).
      */
-    async eraseMessage (messageId: string, address?: string): Promise<void> {
-      await db.delete(events).where(and(
-        eq(events.messageId, messageId),
-        inArray(events.type, ['message.received', 'message.edited']),
-        address === undefined ? undefined : eq(events.address, address)
-      ))
-    },
-
-    /** eraseMessage() for many messages at once: every feed's copy of their bodies (a sender's delete, repeated). */
-    async eraseMessageCopies (messageIds: string[]): Promise<void> {
+    async eraseCopies (messageIds: string[], address?: string): Promise<void> {
       if (messageIds.length === 0) return
       await db.delete(events).where(and(
-        sql`${events.messageId} = ANY(${sql.param(messageIds)}::text[])`,
-        inArray(events.type, ['message.received', 'message.edited'])
+        messageIds.length === 1 ? eq(events.messageId, messageIds[0]!) : sql`${events.messageId} = ANY(${sql.param(messageIds)}::text[])`,
+        inArray(events.type, ['message.received', 'message.edited']),
+        address === undefined ? undefined : eq(events.address, address)
       ))
     },
 

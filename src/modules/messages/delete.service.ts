@@ -26,11 +26,11 @@ export async function deleteMessage (db: Db, id: string, address: string): Promi
     const events = createEventsRepository(tx)
     if (await messages.lock(id, role === 'sender' ? 'update' : 'share') === undefined) throw new NotFound('message', id)
     if (role === 'recipient') {
-      await events.eraseMessage(id, address)
+      await events.eraseCopies([id], address)
       await messages.hide(id, address)
       return
     }
-    await events.eraseMessage(id)
+    await events.eraseCopies([id])
     // Of racing deletes only the one that removed the row tells the recipients; the others
     // found it gone, as a delete after it would.
     const recipients = await messages.remove(id)
@@ -39,6 +39,21 @@ export async function deleteMessage (db: Db, id: string, address: string): Promi
     await createMetadataRepository(tx).remove(id)
     await events.append(recipients.map((recipient) => ({ address: recipient, type: 'message.deleted', data: { message: id } })))
   })
+}
+
+/**
+ * Deletes these messages (locked by the caller) for everyone, as their sender's delete does one
+ * and in the same order: every feed's copy of their bodies, the messages with their files,
+ * reactions, delivery rows and search entries, their metadata, then message.deleted to each
+ * recipient each had. In the caller's transaction (an erasure's batch).
+ */
+export async function deleteManyForEveryone (tx: Db, ids: string[]): Promise<void> {
+  if (ids.length === 0) return
+  const events = createEventsRepository(tx)
+  await events.eraseCopies(ids)
+  const recipients = await createMessagesRepository(tx).removeManyTelling(ids)
+  await createMetadataRepository(tx).remove(...ids)
+  await events.append(recipients.map((r) => ({ address: r.recipient, type: 'message.deleted', data: { message: r.messageId } })))
 }
 
 /**
