@@ -42,6 +42,7 @@ import { usersRoutes } from './modules/users/users.routes.js'
 import { webhookDispatcherPlugin } from './modules/webhooks/webhook-dispatcher.plugin.js'
 import { webhooksRoutes } from './modules/webhooks/webhooks.routes.js'
 import { serverOptions } from './server-options.js'
+import { installKeyring, Keyring } from './sealing/keyring.js'
 
 export interface AppOptions {
   config: Config
@@ -64,6 +65,10 @@ export interface AppOptions {
 
 /** Builds the service without listening: plugins first, then each resource's routes under /v2. */
 export async function buildApp ({ config, database, logStream, now = Date.now, erasure = {} }: AppOptions): Promise<FastifyInstance> {
+  // Content is sealed and opened through the process's keyring (src/sealing): the server and the
+  // CLI resolve the keys before they build the app (SEALING_KEYS, or the embedded key file).
+  if (config.sealingKeys === undefined) throw new Error('SEALING_KEYS is not resolved: startService or the CLI resolves it before buildApp')
+  installKeyring(new Keyring(config.sealingKeys))
   const app = Fastify(serverOptions(config, logStream)).withTypeProvider<TypeBoxTypeProvider>()
 
   await app.register(requestIdPlugin)

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Value } from 'typebox/value'
 import { ADDRESS_PATTERN } from './ids.js'
+import { parseSealingKeys, type SealingKey } from './sealing/keyring.js'
 
 const Int = (minimum: number, maximum: number, fallback: number, description: string) =>
   Type.Integer({ minimum, maximum, default: fallback, description })
@@ -70,6 +71,11 @@ const ConfigSchema = Type.Object({
     pattern: '^[0-9a-fA-F]{64}$',
     description: '64 hexadecimal digits (32 random bytes, e.g. from `openssl rand -hex 32`)'
   })),
+  // Content sealed at rest (API.md §11): the first key seals, the others still open.
+  SEALING_KEYS: Type.Optional(Type.String({
+    pattern: '^\\s*[A-Za-z0-9_-]{1,32}:[0-9a-fA-F]{64}\\s*(,\\s*[A-Za-z0-9_-]{1,32}:[0-9a-fA-F]{64}\\s*)*$',
+    description: 'id:hex64[,id:hex64…]: key ids of 1-32 letters, digits, _ or -, each with 64 hexadecimal digits (32 random bytes, e.g. from `openssl rand -hex 32`); the first seals new data'
+  })),
   TEST_BOT_ADDRESS: Type.String({
     pattern: ADDRESS_PATTERN,
     default: 'testbot',
@@ -80,7 +86,7 @@ const ConfigSchema = Type.Object({
 type Env = Static<typeof ConfigSchema>
 
 /** Variables whose values may hold credentials: never echoed back in an error. */
-const SECRET_VARIABLES = new Set(['DATABASE_URL', 'DATABASE_DIRECT_URL', 'DATABASE_READ_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY'])
+const SECRET_VARIABLES = new Set(['DATABASE_URL', 'DATABASE_DIRECT_URL', 'DATABASE_READ_URL', 'REDIS_URL', 'WEBHOOK_SECRETS_KEY', 'SEALING_KEYS'])
 
 type TrustProxy = boolean | number | string[]
 
@@ -130,6 +136,8 @@ export interface Config {
   webhookAllowPrivate: boolean
   /** Seals webhook signing secrets at rest (AES-256-GCM); unset stores them as they are. */
   webhookSecretsKey: Buffer | undefined
+  /** SEALING_KEYS: the first seals new content, the others open what they sealed; undefined: not set (src/sealing/key-file.ts decides). */
+  sealingKeys: SealingKey[] | undefined
   testBotAddress: string
 }
 
@@ -199,6 +207,14 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
   }
   // A replica of what? The embedded database has none.
   if (raw.DATABASE_READ_URL !== undefined && raw.DATABASE_URL === undefined) problems.push('DATABASE_READ_URL needs DATABASE_URL (a replica of the PostgreSQL it names)')
+  let sealingKeys: SealingKey[] | undefined
+  if (typeof raw.SEALING_KEYS === 'string') {
+    try {
+      sealingKeys = parseSealingKeys(raw.SEALING_KEYS)
+    } catch (err) {
+      problems.push(`SEALING_KEYS: ${(err as Error).message}`)
+    }
+  }
   if (problems.length > 0) throw new ConfigError(`Invalid configuration: ${problems.join('; ')}`)
 
   const e = Value.Default(ConfigSchema, raw) as Env
@@ -235,6 +251,7 @@ export function loadConfig (given: NodeJS.ProcessEnv = process.env): Config {
     messageRetentionDays: e.MESSAGE_RETENTION_DAYS,
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookSecretsKey: e.WEBHOOK_SECRETS_KEY === undefined ? undefined : Buffer.from(e.WEBHOOK_SECRETS_KEY, 'hex'),
+    sealingKeys,
     testBotAddress: e.TEST_BOT_ADDRESS
   }
 }

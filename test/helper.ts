@@ -6,6 +6,7 @@ import { connectPostgres, type Database, type Db } from '../src/db/client.js'
 import { createKeysRepository } from '../src/modules/keys/keys.repository.js'
 import { createUsersRepository } from '../src/modules/users/users.repository.js'
 import { freshDatabase } from './support/databases.js'
+import { TEST_SEALING_KEYS } from './support/sealing.js'
 
 /** The slice of a tap test the helpers use. */
 export interface TestContext {
@@ -91,7 +92,7 @@ export interface BuildOptions {
 
 /** The configuration tests run with: the defaults, plus what a test overrides. */
 export function testConfig (env: Record<string, string> = {}): Config {
-  return loadConfig({ LOG_LEVEL: 'info', ...env })
+  return loadConfig({ LOG_LEVEL: 'info', SEALING_KEYS: TEST_SEALING_KEYS, ...env })
 }
 
 /**

@@ -16,6 +16,9 @@ export const events = pgTable('events', {
   seq: bigint('seq', { mode: 'number' }).notNull(),
   type: text('type').notNull(),
   data: jsonb('data').notNull(),
+  // The types that carry a message (SEALED_EVENT_TYPES) hold `data` as a JSON string, its JSON
+  // sealed under this key (base64); NULL: plain JSON, as every other type is.
+  sealedBy: text('sealed_by'),
   // The message an event is about, so deleting a message can erase its copies in feeds.
   messageId: text('message_id'),
   createdAt: timestamptz('created_at').notNull().defaultNow(),

@@ -10,7 +10,9 @@ export const idempotencyKeys = pgTable('idempotency_keys', {
   keyId: text('key_id').notNull(),
   idempotencyKey: text('idempotency_key').notNull(),
   // SHA-256 over the send's fields (attachments by their own hashes).
+  // A keyed tag of the request under sealed_by's key (Keyring.tag): it confirms no guessed body.
   requestHash: text('request_hash').notNull(),
+  sealedBy: text('sealed_by'),
   messageId: text('message_id').notNull(),
   createdAt: timestamptz('created_at').notNull().defaultNow()
 }, (t) => [

@@ -4,7 +4,8 @@ import { timestamptz } from '../../db/columns.js'
 import { users } from '../users/users.table.js'
 
 const bytea = customType<{ data: Buffer }>({ dataType: () => 'bytea' })
-const tsvector = customType<{ data: string }>({ dataType: () => 'tsvector' })
+// Kept as PostgreSQL's array text ('{1,-2}'): written from Node, read by no one but the index.
+const hashArray = customType<{ data: string }>({ dataType: () => 'bigint[]' })
 
 export const messages = pgTable('messages', {
   id: text('id').primaryKey(),
@@ -18,12 +19,13 @@ export const messages = pgTable('messages', {
   // The message of the same conversation this one answers (POST /message's replyTo). No key: a
   // reply keeps naming a message deleted since, as a client shows "deleted".
   replyTo: text('reply_to'),
-  // Words of the body for POST /search: the 'simple' configuration lower-cases and keeps every
-  // word as written (no stemming), which suits prefix matching in any language. Its parser keeps
-  // e-mail addresses, host and file names, paths and decimals as single tokens, while a query is
-  // split into letter and digit runs (prefixQuery): so the body's runs are indexed as well, and
-  // `example` finds `alice@example.org`, `report.pdf` finds itself, and so does `3.14`.
-  search: tsvector('search').generatedAlwaysAs(sql`to_tsvector('simple', body || ' ' || regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))`)
+  // Sealed at rest (src/sealing): the body is base64 of its ciphertext under the key named by
+  // sealed_by (NULL: written before sealing, plain until the sealing pass reaches it).
+  sealedBy: text('sealed_by'),
+  // Search without the words (POST /search, API.md §11): keyed 64-bit hashes of each word of the
+  // body and of its prefixes from 2 characters (src/modules/search/search-terms.ts), under the
+  // search key of sealed_by's key. The table holds no word, only hashes of them.
+  searchHashes: hashArray('search_hashes').notNull().default(sql`'{}'::bigint[]`)
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
   index('messages_recipient_created_idx').on(t.recipient, t.createdAt),
@@ -42,7 +44,7 @@ export const messages = pgTable('messages', {
   // few hundred messages at a time, cheaper per message than each word into its posting tree at
   // once. Small, since the insert that finds the list full merges it while its batch waits: the
   // 4 MB default made that 80-200 ms (migrations 0010, 0012).
-  index('messages_search_idx').using('gin', t.search).with({ fastupdate: true, gin_pending_list_limit: 256 })
+  index('messages_search_idx').using('gin', t.searchHashes).with({ fastupdate: true, gin_pending_list_limit: 256 })
 ])
 
 export const attachments = pgTable('attachments', {
@@ -54,7 +56,9 @@ export const attachments = pgTable('attachments', {
   size: integer('size').notNull(),
   sha256: text('sha256').notNull(),
   // The file's bytes are its chunks in attachment_chunks under this id.
-  uploadId: text('upload_id').notNull()
+  uploadId: text('upload_id').notNull(),
+  // The key filename, content_type and sha256 are sealed under (base64 each); NULL: plain.
+  sealedBy: text('sealed_by')
 }, (t) => [primaryKey({ columns: [t.messageId, t.n] })])
 
 /**
@@ -69,7 +73,9 @@ export const attachmentChunks = pgTable('attachment_chunks', {
   seq: integer('seq').notNull(),
   messageId: text('message_id').references(() => messages.id, { onDelete: 'cascade' }),
   stagedAt: timestamptz('staged_at').notNull().defaultNow(),
-  data: bytea('data').notNull()
+  // The chunk sealed whole (nonce, ciphertext, tag) under this key: the unit a Range read opens; NULL: plain.
+  data: bytea('data').notNull(),
+  sealedBy: text('sealed_by')
 }, (t) => [
   primaryKey({ columns: [t.uploadId, t.seq] }),
   index('attachment_chunks_message_idx').on(t.messageId),

@@ -5,7 +5,7 @@ import { metadata, type MetadataRow } from './metadata.table.js'
 
 /** An entity's map from its row; an entity never written has none, and an empty map. */
 function toMetadata (entity: string, row: MetadataRow | undefined): Metadata {
-  return { entity, metadata: row?.data ?? {}, updatedAt: row?.updatedAt.toISOString() ?? null }
+  return { entity, metadata: (row?.data ?? {}) as Record<string, unknown>, updatedAt: row?.updatedAt.toISOString() ?? null }
 }
 
 export function createMetadataRepository (db: Db) {
@@ -30,7 +30,7 @@ export function createMetadataRepository (db: Db) {
       const now = new Date()
       await db.insert(metadata).values({ entity, data, updatedAt: now })
         .onConflictDoUpdate({ target: metadata.entity, set: { data, updatedAt: now } })
-      return toMetadata(entity, { entity, data, updatedAt: now })
+      return toMetadata(entity, { entity, data, updatedAt: now, sealedBy: null })
     },
 
     /** Drops entities' maps; call it in the transaction that deletes the messages or group. Answers how many there were. */

@@ -3,17 +3,7 @@ import { union } from 'drizzle-orm/pg-core'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { deliveries, messages, type MessageRow } from '../messages/messages.table.js'
-
-/**
- * The words of a query as a tsquery that requires each as a word prefix ('hel' finds
- * "Hello"). Only runs of letters and digits survive, so nothing a user types can be read as
- * tsquery syntax. Undefined when the query has no word at all.
- */
-export function prefixQuery (text: string): string | undefined {
-  const words = text.toLowerCase().match(/[\p{L}\p{N}]+/gu)
-  if (words === null) return undefined
-  return [...new Set(words)].slice(0, 32).map((w) => `'${w}':*`).join(' & ')
-}
+import { querySearchHashes } from './search-terms.js'
 
 export type Conversation =
   | { kind: 'user', address: string }
@@ -21,8 +11,8 @@ export type Conversation =
 
 export interface MessageSearch {
   viewer: string
-  /** A prefix tsquery (see prefixQuery); omitted to list a conversation. */
-  tsquery?: string | undefined
+  /** The query's terms (search-terms.ts queryTerms), each a word prefix a match holds; omitted to list a conversation. */
+  terms?: string[] | undefined
   with?: Conversation | undefined
   /** Keyset: only messages older than this one, newest first. */
   before?: { createdAt: string, id: string } | undefined
@@ -43,6 +33,16 @@ function readableBy (viewer: string): SQL {
   return sql`(${messages.sender} = ${viewer} OR EXISTS (SELECT 1 FROM ${deliveries} WHERE ${deliveries.messageId} = ${messages.id} AND ${deliveries.recipient} = ${viewer} AND ${deliveries.hiddenAt} IS NULL))`
 }
 
+/**
+ * Messages whose search hashes hold every term's: under the active key, or under another
+ * configured key for rows rotation has not re-sealed yet (one array each, OR-ed; the GIN
+ * index serves each).
+ */
+function holdsTerms (terms: string[]): SQL {
+  const arrays = querySearchHashes(terms).map((hashes) => sql`${messages.searchHashes} @> ${hashes}::bigint[]`)
+  return arrays.length === 1 ? arrays[0]! : sql`(${sql.join(arrays, sql` OR `)})`
+}
+
 /** The query's conditions other than who may read: its words, its conversation, its page. */
 function narrowedBy (s: MessageSearch): SQL | undefined {
   const conversation = s.with === undefined
@@ -54,7 +54,7 @@ function narrowedBy (s: MessageSearch): SQL | undefined {
         and(eq(messages.sender, s.with.address), eq(messages.recipient, s.viewer))
       )
   return and(
-    s.tsquery === undefined ? undefined : sql`${messages.search} @@ to_tsquery('simple', ${s.tsquery})`,
+    s.terms === undefined ? undefined : holdsTerms(s.terms),
     conversation,
     s.before === undefined ? undefined : sql`(${messages.createdAt}, ${messages.id}) < (${s.before.createdAt}::timestamptz, ${s.before.id})`
   )
@@ -94,6 +94,6 @@ export async function readsAtMost (db: Db, viewer: string, max: number): Promise
 
 export async function searchMessages (db: Db, s: MessageSearch): Promise<MessageRow[]> {
   // Listing a conversation needs no choice: the sender and recipient indexes serve it.
-  if (s.tsquery !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)) return readerFirstQuery(db, s)
+  if (s.terms !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)) return readerFirstQuery(db, s)
   return messageSearchQuery(db, s)
 }

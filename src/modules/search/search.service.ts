@@ -10,7 +10,8 @@ import { createGroupsRepository, toGroup } from '../groups/groups.repository.js'
 import { withRetention } from '../groups/groups.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createUsersRepository, toUser } from '../users/users.repository.js'
-import { prefixQuery, searchMessages, type Conversation } from './message-search.js'
+import { searchMessages, type Conversation } from './message-search.js'
+import { queryTerms } from './search-terms.js'
 import { SEARCH_TYPES, type SearchResult, type SearchType } from './search.schemas.js'
 
 export interface SearchInput {
@@ -114,11 +115,11 @@ async function fetchType (
   db: Db, type: SearchType, input: SearchInput, conversation: Conversation | undefined, after: string[] | undefined, limit: number
 ): Promise<{ results: SearchResult[], keys: string[][] }> {
   if (type === 'messages') {
-    const tsquery = input.query === undefined ? undefined : prefixQuery(input.query)
-    if (input.query !== undefined && tsquery === undefined) return { results: [], keys: [] }
+    const terms = input.query === undefined ? undefined : queryTerms(input.query)
+    if (input.query !== undefined && terms === undefined) return { results: [], keys: [] }
     const rows = await searchMessages(db, {
       viewer: input.viewer,
-      tsquery,
+      terms,
       with: conversation,
       before: after === undefined ? undefined : { createdAt: after[0]!, id: after[1]! },
       limit

@@ -1,0 +1,54 @@
+import { keyring } from '../../sealing/keyring.js'
+
+/**
+ * What POST /search matches, as terms to hash (API.md §11: the table holds keyed hashes of
+ * words, never the words). A word is a run of letters and digits, lower-cased: `alice@example.org`
+ * is alice, example and org; `report.pdf` is report and pdf; `3.14` is 3 and 14 (a query is split
+ * the same way, so each still finds itself). A body's terms are each word whole and each of
+ * its prefixes from 2 characters; a query's word must be one of them, so every query word
+ * matches as a word prefix ('hel' finds "Hello"; a one-character word finds that word alone).
+ * Prefixes stop at PREFIX_MAX characters: a longer query word is matched by its first
+ * PREFIX_MAX, which rarely finds more than the longer word would.
+ */
+export const PREFIX_MAX = 24
+
+/** At most this many words of a query count (as before: a query is at most 200 characters). */
+const QUERY_WORDS_MAX = 32
+
+function words (text: string): string[] {
+  return [...new Set(text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])]
+}
+
+/** A body's terms: every word, and every prefix of it from 2 to PREFIX_MAX characters. */
+export function bodyTerms (body: string): Set<string> {
+  const terms = new Set<string>()
+  for (const word of words(body)) {
+    terms.add(word)
+    const chars = Array.from(word)
+    for (let n = 2; n < chars.length && n <= PREFIX_MAX; n++) terms.add(chars.slice(0, n).join(''))
+  }
+  return terms
+}
+
+/** A query's terms, each one that a matching body must hold; undefined when the query has no word. */
+export function queryTerms (query: string): string[] | undefined {
+  const found = words(query).slice(0, QUERY_WORDS_MAX).map((w) => {
+    const chars = Array.from(w)
+    return chars.length > PREFIX_MAX ? chars.slice(0, PREFIX_MAX).join('') : w
+  })
+  return found.length === 0 ? undefined : [...new Set(found)]
+}
+
+/** A body's search hashes under the active key, as PostgreSQL's array text for search_hashes. */
+export function bodySearchHashes (body: string): string {
+  return `{${keyring().searchHashes(bodyTerms(body)).join(',')}}`
+}
+
+/**
+ * A query's hashes under every configured key, one array text each: rows sealed under a key
+ * rotation has not reached yet still match theirs.
+ */
+export function querySearchHashes (terms: string[]): string[] {
+  const ring = keyring()
+  return ring.ids.map((id) => `{${ring.searchHashes(terms, id).join(',')}}`)
+}

@@ -1,0 +1,164 @@
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto'
+import { AppError } from '../errors.js'
+
+/**
+ * Content sealed at rest (API.md §11). Every record that holds what a message says (a body, a
+ * file's chunk, its name and type, metadata, an event's copy of a message) is sealed in Node
+ * with AES-256-GCM before it is written and opened after it is read, so PostgreSQL, its dumps,
+ * backups and replicas hold only ciphertext. Each record has its own random 96-bit nonce, and
+ * the record's identity (table, column, row key) as associated data, so a ciphertext copied
+ * into another row fails to open. The row keeps the id of the key it was sealed under in its
+ * `sealed_by` column (NULL: written before sealing, still plain; the sealing pass seals it).
+ *
+ * A configured key is only a master: what seals, what hashes search words and what tags
+ * (ETags, idempotency request hashes) are three keys derived from it with HKDF, so no two uses
+ * ever share a key. Keys are not wrapped data keys: rotation re-seals each record once anyway
+ * (search hashes must be recomputed from the words), so wrapping would save nothing here.
+ */
+
+/** A master key as configured: `id:hex64` in SEALING_KEYS. */
+export interface SealingKey {
+  id: string
+  secret: Buffer
+}
+
+export const KEY_ID_PATTERN = '^[A-Za-z0-9_-]{1,32}$'
+
+const NONCE_BYTES = 12
+const TAG_BYTES = 16
+
+/** A record sealed under a key this instance no longer has: 503 naming the key, nothing lost. */
+export class SealedKeyMissing extends AppError {
+  readonly keyId: string
+  constructor (keyId: string) {
+    super(503, 'SEALED_KEY_MISSING', `this data is sealed under key ${JSON.stringify(keyId)}, which SEALING_KEYS no longer holds; add it back (after the key that seals new data) to read it`)
+    this.keyId = keyId
+  }
+}
+
+/** A record that does not open under its own key: changed in the database, or moved from another row. */
+export class SealBroken extends Error {
+  override name = 'SealBroken'
+  readonly keyId: string
+  readonly record: string
+  constructor (keyId: string, record: string) {
+    super(`sealed record ${record} does not open under key ${JSON.stringify(keyId)}: it was changed, or moved from another row`)
+    this.keyId = keyId
+    this.record = record
+  }
+}
+
+interface Derived {
+  seal: Buffer
+  search: Buffer
+  tag: Buffer
+}
+
+function derive (secret: Buffer): Derived {
+  const sub = (info: string) => Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), `parley ${info}`, 32))
+  return { seal: sub('seal v1'), search: sub('search v1'), tag: sub('tag v1') }
+}
+
+export class Keyring {
+  /** The id of the key that seals new records: the first configured. */
+  readonly active: string
+  readonly ids: readonly string[]
+  readonly #keys: Map<string, Derived>
+
+  constructor (keys: SealingKey[]) {
+    if (keys.length === 0) throw new Error('a keyring needs at least one key')
+    this.active = keys[0]!.id
+    this.ids = keys.map((k) => k.id)
+    this.#keys = new Map(keys.map((k) => [k.id, derive(k.secret)]))
+  }
+
+  has (keyId: string): boolean {
+    return this.#keys.has(keyId)
+  }
+
+  #derived (keyId: string): Derived {
+    const derived = this.#keys.get(keyId)
+    if (derived === undefined) throw new SealedKeyMissing(keyId)
+    return derived
+  }
+
+  /** `plain` sealed under the active key, bound to `record`: nonce, ciphertext, tag. */
+  seal (plain: Buffer | string, record: string): Buffer {
+    const nonce = randomBytes(NONCE_BYTES)
+    const cipher = createCipheriv('aes-256-gcm', this.#derived(this.active).seal, nonce).setAAD(Buffer.from(record))
+    const body = typeof plain === 'string' ? cipher.update(plain, 'utf8') : cipher.update(plain)
+    return Buffer.concat([nonce, body, cipher.final(), cipher.getAuthTag()])
+  }
+
+  /** What `seal` sealed under `keyId` for `record`; SealedKeyMissing, or SealBroken if it does not open. */
+  open (sealed: Buffer, record: string, keyId: string): Buffer {
+    const key = this.#derived(keyId).seal
+    if (sealed.length < NONCE_BYTES + TAG_BYTES) throw new SealBroken(keyId, record)
+    try {
+      const decipher = createDecipheriv('aes-256-gcm', key, sealed.subarray(0, NONCE_BYTES)).setAAD(Buffer.from(record))
+      decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES))
+      return Buffer.concat([decipher.update(sealed.subarray(NONCE_BYTES, sealed.length - TAG_BYTES)), decipher.final()])
+    } catch {
+      throw new SealBroken(keyId, record)
+    }
+  }
+
+  /** Text sealed for a text column: base64. */
+  sealText (plain: string, record: string): string {
+    return this.seal(plain, record).toString('base64')
+  }
+
+  openText (sealed: string, record: string, keyId: string): string {
+    return this.open(Buffer.from(sealed, 'base64'), record, keyId).toString('utf8')
+  }
+
+  /**
+   * A keyed tag of `data` under `keyId`'s tag key (the active key by default), hex: an ETag or
+   * an idempotency request hash that confirms no guess to whoever reads the database.
+   */
+  tag (data: string | Buffer, keyId = this.active): string {
+    return createHmac('sha256', this.#derived(keyId).tag).update(data).digest('hex')
+  }
+
+  /** Each term's keyed hash under `keyId`'s search key: 64 bits, as the decimal of a signed bigint. */
+  searchHashes (terms: Iterable<string>, keyId = this.active): string[] {
+    const key = this.#derived(keyId).search
+    const hashes: string[] = []
+    for (const term of terms) hashes.push(createHmac('sha256', key).update(term).digest().readBigInt64BE(0).toString())
+    return hashes
+  }
+}
+
+let installed: Keyring | undefined
+
+/**
+ * The process's keyring. One per process, as the configuration is: installed by the server, the
+ * CLI or a test before anything reads or writes content; every repository seals and opens
+ * through it.
+ */
+export function keyring (): Keyring {
+  if (installed === undefined) throw new Error('no sealing keyring is installed (SEALING_KEYS)')
+  return installed
+}
+
+export function installKeyring (ring: Keyring): void {
+  installed = ring
+}
+
+/** Parses SEALING_KEYS: `id:hex64[,id:hex64…]`, ids unique. Throws naming what is wrong. */
+export function parseSealingKeys (text: string): SealingKey[] {
+  const keys: SealingKey[] = []
+  for (const part of text.split(',').map((p) => p.trim()).filter((p) => p !== '')) {
+    const match = /^([A-Za-z0-9_-]{1,32}):([0-9a-fA-F]{64})$/.exec(part)
+    if (match === null) throw new Error('each key must be id:hex64 (an id of 1-32 letters, digits, _ or -, then 64 hexadecimal digits)')
+    if (keys.some((k) => k.id === match[1])) throw new Error(`key id ${match[1]} is given twice`)
+    keys.push({ id: match[1]!, secret: Buffer.from(match[2]!, 'hex') })
+  }
+  if (keys.length === 0) throw new Error('at least one key is needed')
+  return keys
+}
+
+/** A new random key, as SEALING_KEYS writes it. */
+export function newSealingKey (id: string): string {
+  return `${id}:${randomBytes(32).toString('hex')}`
+}
