@@ -8,7 +8,8 @@
  */
 import pg from 'pg'
 import { connectPostgres } from '../src/db/client.js'
-import { messageSearchQuery, prefixQuery } from '../src/modules/search/message-search.js'
+import { messageSearchQuery } from '../src/modules/search/message-search.js'
+import { queryTerms } from '../src/modules/search/search-terms.js'
 import type { Key } from './fixtures.js'
 
 interface SearchCostRow { who: string, readable: number, plan: string, p50: number, p99: number }
@@ -63,7 +64,7 @@ export async function searchCost (url: string, databaseUrl: string, writer: Key,
   }
   const database = await connectPostgres(databaseUrl, 1)
   try {
-    const tableFirst = await timed(TIMES, async () => { await messageSearchQuery(database.db, { viewer: smallReader.address, tsquery: prefixQuery('a'), limit: 51 }) })
+    const tableFirst = await timed(TIMES, async () => { await messageSearchQuery(database.db, { viewer: smallReader.address, terms: queryTerms('ap'), limit: 51 }) })
     return {
       messages: MESSAGES,
       rows: [

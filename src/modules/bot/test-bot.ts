@@ -2,10 +2,9 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { transaction } from '../../db/transaction.js'
-import { createEventsRepository } from '../events/events.repository.js'
+import { createEventsRepository, toEvent } from '../events/events.repository.js'
 import type { FeedWaiting } from '../events/feed-waiting.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
-import type { Message } from '../messages/messages.schemas.js'
 import { advanceStatus } from '../messages/receipts.service.js'
 import { writeBatch } from '../messages/send-batch.repository.js'
 import { batchSendOf, newMessage } from '../messages/send.service.js'
@@ -36,7 +35,9 @@ export function createTestBot (db: Db, feed: FeedWaiting, address: string, log: 
     return transaction(db, async (tx) => {
       const claimed = await createEventsRepository(tx).takeOldest(address, 'message.received')
       if (claimed === undefined) return false
-      const original = (claimed.data as { message: Message }).message
+      const received = toEvent(claimed)
+      if (received.type !== 'message.received') return true
+      const original = received.data.message
       if (original.sender === address) return true
       // Still there? A message deleted before the bot got to it gets no answer; one edited since
       // is answered as it now reads.

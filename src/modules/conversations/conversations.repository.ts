@@ -70,10 +70,10 @@ export function historyStatement (viewer: string, peer: string, page: HistoryPag
       : sql`m.sender = ${peer} AND m.recipient = ${viewer} AND ${past(sql`m.sender, m.recipient, m.id`, sql`${peer}, ${viewer}`)}`
   return sql`
     SELECT * FROM (
-      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to FROM messages m
+      (SELECT m.id, m.sender, m.recipient, m.body, m.sealed_by, m.created_at, m.edited_at, m.reply_to FROM messages m
        WHERE ${mine} ORDER BY m.id ${order} LIMIT ${page.limit})
       UNION ALL
-      (SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to FROM messages m
+      (SELECT m.id, m.sender, m.recipient, m.body, m.sealed_by, m.created_at, m.edited_at, m.reply_to FROM messages m
        WHERE ${theirs} AND ${delivered} ORDER BY m.id ${order} LIMIT ${page.limit})
     ) page ORDER BY id ${order} LIMIT ${page.limit}`
 }
@@ -110,7 +110,7 @@ export function createConversationsRepository (db: Db) {
         counts AS (
           SELECT peer, count(*) FILTER (WHERE unread) AS unread FROM current GROUP BY peer
         )
-        SELECT latest.peer, counts.unread, m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to
+        SELECT latest.peer, counts.unread, m.id, m.sender, m.recipient, m.body, m.sealed_by, m.created_at, m.edited_at, m.reply_to
         FROM latest
         JOIN counts ON counts.peer = latest.peer
         JOIN messages m ON m.id = latest.id

@@ -2,6 +2,7 @@ import { and, asc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, t
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { keyMayRead } from '../keys/keys.repository.js'
+import { openJson, record, sealJson } from '../../sealing/records.js'
 import type { Event, EventData, EventType } from './events.schemas.js'
 import { eventAcks, events, keyFeeds, type EventRow } from './events.table.js'
 
@@ -29,12 +30,38 @@ export function eventDataJson<T extends EventType> (_type: T, data: EventData<T>
 }
 
 /**
+ * The types whose data carries what a message says (its body, its files' names): sealed at rest
+ * (API.md §11), a JSON string in the jsonb column under the key `sealed_by` names. The others
+ * hold who, what and when, which the database sees anyway, and stay plain JSON that SQL reads.
+ */
+const SEALED_EVENT_TYPES: ReadonlySet<string> = new Set<EventType>(['message.received', 'message.edited'])
+
+/** An event's data as the row keeps it: sealed for a type that carries a message, else as it is. */
+function storedData (type: EventType, data: unknown, messageId: string | undefined): { data: unknown, sealedBy: string | null } {
+  if (!SEALED_EVENT_TYPES.has(type)) return { data, sealedBy: null }
+  if (messageId === undefined) throw new Error(`a ${type} event needs its message id: it is sealed bound to it`)
+  const { sealed, sealedBy } = sealJson(data, record.eventData(type, messageId))
+  return { data: sealed, sealedBy }
+}
+
+/**
  * An event as the API answers it. The row holds what a producer wrote, checked by tsc against
  * the catalogue (append's NewEvent, or the send's statement for message.received): the cast
- * only restores the type the jsonb column forgets.
+ * only restores the type the jsonb column forgets. A sealed row is opened here, the one way
+ * out of the table; the send's statement seals message.received before its time is known, so
+ * its message's createdAt is the event's own (the same statement's clock).
  */
 export function toEvent (row: EventRow): Event {
-  return { id: String(row.seq), type: row.type, createdAt: row.createdAt.toISOString(), data: row.data } as Event
+  const createdAt = row.createdAt.toISOString()
+  let data = row.data
+  if (row.sealedBy !== null) {
+    data = openJson<unknown>(row.data, record.eventData(row.type, row.messageId ?? ''), row.sealedBy)
+    if (row.type === 'message.received') {
+      const message = (data as { message: { createdAt: string } }).message
+      if (message.createdAt === '') message.createdAt = createdAt
+    }
+  }
+  return { id: String(row.seq), type: row.type, createdAt, data } as Event
 }
 
 /** What an event costs in an answer besides its data: id, type, times, and the JSON around them. */
@@ -129,11 +156,18 @@ export function createEventsRepository (db: Db) {
       const counts = new Map<string, number>()
       for (const e of newEvents) counts.set(e.address, (counts.get(e.address) ?? 0) + 1)
       const next = await this.reserve(counts)
+      // Each distinct data sealed once: a group's event goes to every member with the same data.
+      const sealed = new Map<unknown, { data: unknown, sealedBy: string | null }>()
+      const sealedOnce = (e: NewEvent) => {
+        let stored = sealed.get(e.data)
+        if (stored === undefined) sealed.set(e.data, stored = storedData(e.type, e.data, e.messageId))
+        return stored
+      }
       const rows = newEvents.flatMap((e) => {
         const seq = next.get(e.address)
         if (seq === undefined) return []
         next.set(e.address, seq + 1)
-        return [{ address: e.address, seq, type: e.type, data: e.data, messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }]
+        return [{ address: e.address, seq, type: e.type, ...sealedOnce(e), messageId: e.messageId ?? null, expiresAt: e.expiresAt ?? null }]
       })
       if (rows.length === 0) return
       // Drizzle puts an embedded query in parentheses: exactly what a CTE needs.

@@ -45,7 +45,7 @@ export function createExportRepository (db: Db) {
 
     async sentPage (address: string, until: Date, after: SentAfter | undefined, limit: number): Promise<MessageFields[]> {
       const rows = await queryRows<MessageColumns>(db, sql`
-        SELECT id, sender, recipient, body, created_at, edited_at, reply_to FROM messages
+        SELECT id, sender, recipient, body, sealed_by, created_at, edited_at, reply_to FROM messages
         WHERE sender = ${address} AND created_at <= ${until.toISOString()}::timestamptz
           AND ${after === undefined ? sql`TRUE` : sql`(created_at, id) > (${after.createdAt.toISOString()}::timestamptz, ${after.id})`}
         ORDER BY created_at, id LIMIT ${limit}`)
@@ -55,7 +55,7 @@ export function createExportRepository (db: Db) {
     /** Delivered to `address` by others and not hidden, in message-id order. */
     async receivedPage (address: string, until: Date, afterId: string | undefined, limit: number): Promise<ReceivedFields[]> {
       const rows = await queryRows<MessageColumns & { status: ReceivedFields['status'] }>(db, sql`
-        SELECT m.id, m.sender, m.recipient, m.body, m.created_at, m.edited_at, m.reply_to, d.status
+        SELECT m.id, m.sender, m.recipient, m.body, m.sealed_by, m.created_at, m.edited_at, m.reply_to, d.status
         FROM deliveries d JOIN messages m ON m.id = d.message_id
         WHERE d.recipient = ${address} AND d.hidden_at IS NULL AND m.sender <> ${address}
           AND m.created_at <= ${until.toISOString()}::timestamptz

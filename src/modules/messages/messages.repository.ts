@@ -2,7 +2,8 @@ import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import type { Message } from './messages.schemas.js'
-import { attachments, deliveries, messageReactions, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
+import { openedBody, storedBody } from './message-body.js'
+import { attachments, deliveries, messageColumns, messageReactions, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
 
 const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 
@@ -18,7 +19,9 @@ export interface MessageColumns {
   id: string
   sender: string
   recipient: string
+  /** As stored: sealed under sealed_by's key, or plain when that is null. */
   body: string
+  sealed_by: string | null
   created_at: Date | string
   edited_at: Date | string | null
   reply_to: string | null
@@ -26,17 +29,22 @@ export interface MessageColumns {
 
 const dateOf = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
 
-/** The fields of a message read by raw SQL (history pages, exports). */
+/** The fields of a message read by raw SQL (history pages, exports), its body opened. */
 export function messageFieldsOf (r: MessageColumns): MessageFields {
   return {
     id: r.id,
     sender: r.sender,
     recipient: r.recipient,
-    body: r.body,
+    body: openedBody({ id: r.id, body: r.body, sealedBy: r.sealed_by }),
     createdAt: dateOf(r.created_at),
     editedAt: r.edited_at === null ? null : dateOf(r.edited_at),
     replyTo: r.reply_to
   }
+}
+
+/** A stored row with its body opened: what every reader of the repository gets. */
+export function opened (row: MessageRow): MessageRow {
+  return { ...row, body: openedBody(row) }
 }
 
 function toMessage (row: MessageFields, files: AttachmentMeta[], reactions: Reaction[]): Message {
@@ -84,8 +92,8 @@ export function createMessagesRepository (db: Db) {
 
   return {
     async find (id: string): Promise<MessageRow | undefined> {
-      const [row] = await db.select().from(messages).where(eq(messages.id, id))
-      return row
+      const [row] = await db.select(messageColumns).from(messages).where(eq(messages.id, id))
+      return row === undefined ? undefined : opened(row)
     },
 
     /**
@@ -94,8 +102,8 @@ export function createMessagesRepository (db: Db) {
      * and erases the copies of the body that edit wrote; `no key update` by a reaction.
      */
     async lock (id: string, mode: 'update' | 'no key update' | 'share'): Promise<MessageRow | undefined> {
-      const [row] = await db.select().from(messages).where(eq(messages.id, id)).for(mode)
-      return row
+      const [row] = await db.select(messageColumns).from(messages).where(eq(messages.id, id)).for(mode)
+      return row === undefined ? undefined : opened(row)
     },
 
     /**
@@ -105,10 +113,10 @@ export function createMessagesRepository (db: Db) {
     async edit (id: string, body: string, windowSeconds: number): Promise<MessageRow | undefined> {
       // The time of the edit itself, under the row's lock (not its transaction's start): of
       // racing edits, a later one has a later editedAt.
-      const [row] = await db.update(messages).set({ body, editedAt: sql`clock_timestamp()` })
+      const [row] = await db.update(messages).set({ ...storedBody(id, body), editedAt: sql`clock_timestamp()` })
         .where(and(eq(messages.id, id), sql`${messages.createdAt} > now() - make_interval(secs => ${windowSeconds})`))
-        .returning()
-      return row
+        .returning(messageColumns)
+      return row === undefined ? undefined : { ...row, body }
     },
 
     /** How many different emoji the message carries, and whether `emoji` is one of them. */

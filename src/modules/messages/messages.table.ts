@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm'
+import { getTableColumns, sql } from 'drizzle-orm'
 import { customType, index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
 import { users } from '../users/users.table.js'
@@ -118,6 +118,11 @@ export const messageReactions = pgTable('message_reactions', {
   index('message_reactions_address_idx').on(t.address)
 ])
 
-export type MessageRow = typeof messages.$inferSelect
+/** A stored message's columns but its search hashes, which only the index reads. */
+const { searchHashes: _searchHashes, ...storedColumns } = getTableColumns(messages)
+export const messageColumns = storedColumns
+
+/** A message as the repositories answer it: the body opened (message-body.ts). */
+export type MessageRow = Omit<typeof messages.$inferSelect, 'searchHashes'>
 export type AttachmentRow = typeof attachments.$inferSelect
 export type DeliveryStatus = 'sent' | 'delivered' | 'read'

@@ -5,6 +5,9 @@ import { queryPrepared, queryShaped } from '../../db/rows.js'
 import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds, type EventDataJson } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
 import { IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
+import { keyring } from '../../sealing/keyring.js'
+import { record } from '../../sealing/records.js'
+import { storedBody } from './message-body.js'
 
 /** One send of a batch, to a user or a group, counted against its key's day. */
 export interface BatchSend {
@@ -84,42 +87,68 @@ function fileBytes (slots: number): SQL {
   return sql`(ARRAY[${sql.join(params, sql`, `)}])[1:${sql.placeholder('fileCount')}::int]`
 }
 
+/**
+ * A send as the statement writes it: its body sealed with its search hashes, and its event's
+ * data sealed (API.md §11), all under the active key, which the statement records as sealed_by.
+ */
+interface SealedSend {
+  send: BatchSend
+  stored: { body: string, searchHashes: string }
+  event: string
+}
+
+function sealedSend (send: BatchSend): SealedSend {
+  const ring = keyring()
+  return {
+    send,
+    stored: storedBody(send.messageId, send.body),
+    // A JSON string in the jsonb column; the reader fills in message.createdAt from the event's created_at.
+    event: JSON.stringify(ring.sealText(send.eventData, record.eventData('message.received', send.messageId)))
+  }
+}
+
 /** A batch's values by placeholder: one array per column, one parameter per file's bytes. */
 const SEND_COLUMNS = {
-  keyId: (s: BatchSend) => s.keyId,
-  lim: (s: BatchSend) => s.limit,
-  sender: (s: BatchSend) => s.sender,
-  recipient: (s: BatchSend) => s.recipient,
-  id: (s: BatchSend) => s.messageId,
-  body: (s: BatchSend) => s.body,
-  replyTo: (s: BatchSend) => s.replyTo,
-  data: (s: BatchSend) => s.eventData,
-  idemKey: (s: BatchSend) => s.idempotencyKey ?? null,
-  idemHash: (s: BatchSend) => s.requestHash ?? null,
-  held: (s: BatchSend) => s.lockHeld === true,
-  toGroup: (s: BatchSend) => s.toGroup
+  keyId: ({ send: s }: SealedSend) => s.keyId,
+  lim: ({ send: s }: SealedSend) => s.limit,
+  sender: ({ send: s }: SealedSend) => s.sender,
+  recipient: ({ send: s }: SealedSend) => s.recipient,
+  id: ({ send: s }: SealedSend) => s.messageId,
+  body: ({ stored }: SealedSend) => stored.body,
+  hashes: ({ stored }: SealedSend) => stored.searchHashes,
+  replyTo: ({ send: s }: SealedSend) => s.replyTo,
+  data: ({ event }: SealedSend) => event,
+  idemKey: ({ send: s }: SealedSend) => s.idempotencyKey ?? null,
+  idemHash: ({ send: s }: SealedSend) => s.requestHash ?? null,
+  held: ({ send: s }: SealedSend) => s.lockHeld === true,
+  toGroup: ({ send: s }: SealedSend) => s.toGroup
 }
-interface BatchFile { ord: number, n: number, file: UploadedFile }
+interface BatchFile { ord: number, n: number, messageId: string, file: UploadedFile }
+const sealedAs = (f: BatchFile, value: string, name: (messageId: string, n: number) => string) => keyring().sealText(value, name(f.messageId, f.n))
 const FILE_COLUMNS = {
   fileOrd: (f: BatchFile) => f.ord,
   fileN: (f: BatchFile) => f.n,
-  filename: (f: BatchFile) => f.file.filename,
-  contentType: (f: BatchFile) => f.file.contentType,
+  filename: (f: BatchFile) => sealedAs(f, f.file.filename, record.attachmentFilename),
+  contentType: (f: BatchFile) => sealedAs(f, f.file.contentType, record.attachmentContentType),
   size: (f: BatchFile) => f.file.size,
-  sha256: (f: BatchFile) => f.file.sha256,
+  sha256: (f: BatchFile) => sealedAs(f, f.file.sha256, record.attachmentSha256),
   uploadId: (f: BatchFile) => f.file.uploadId,
   staged: (f: BatchFile) => f.file.staged
 }
 
 function batchValues (sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
-  const values: Record<string, unknown> = { fileCount: files.length }
-  const sendColumns: [string, (s: BatchSend) => unknown][] = Object.entries(SEND_COLUMNS)
+  const ring = keyring()
+  const values: Record<string, unknown> = { fileCount: files.length, sealedBy: ring.active }
+  const sealed = sends.map(sealedSend)
+  const sendColumns: [string, (s: SealedSend) => unknown][] = Object.entries(SEND_COLUMNS)
   const fileColumns: [string, (f: BatchFile) => unknown][] = Object.entries(FILE_COLUMNS)
-  for (const [name, pick] of sendColumns) values[name] = sends.map(pick)
+  for (const [name, pick] of sendColumns) values[name] = sealed.map(pick)
   for (const [name, pick] of fileColumns) values[name] = files.map(pick)
   for (let i = 0; i < slots; i++) {
-    const bytes = files[i]?.file.bytes
-    values[`bytes${i}`] = bytes !== undefined && bytes.length > 0 ? bytes : null
+    const file = files[i]?.file
+    const bytes = file?.bytes
+    // A small file's one chunk, sealed as a staged chunk is (the first of its upload).
+    values[`bytes${i}`] = file !== undefined && bytes !== undefined && bytes.length > 0 ? ring.seal(bytes, record.attachmentChunk(file.uploadId, 0)) : null
   }
   return values
 }
@@ -166,7 +195,7 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * delivers them at commit, once the events are visible.
  */
 export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWaitMs?: number } = {}): Promise<BatchOutcome[]> {
-  const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, file })))
+  const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, messageId: s.messageId, file })))
   // Parts a batch has no use for are left out of its statement: with no send to a group, the
   // member checks and the group fan-out; with no Idempotency-Key, the look-up and the record.
   // Each leaves out tables the statement would otherwise open and lock on every execution
@@ -197,7 +226,7 @@ export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWai
 
 /** writeBatch's statement for one shape, its values as placeholders (batchValues). */
 function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockWaitMs: number | undefined): SQL {
-  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS) => sql.placeholder(name)
+  const p = (name: keyof typeof SEND_COLUMNS | keyof typeof FILE_COLUMNS | 'sealedBy') => sql.placeholder(name)
   // A batch with files writes them in the same statement (a shape of its own, prepared apart):
   // each file's row; a small file's one chunk, which came whole with the request (an empty file
   // has none); a larger file's chunks, already staged, claimed for its message, so a refused send
@@ -211,11 +240,11 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
         ${p('staged')}::boolean[])
         AS f(ord, n, filename, content_type, size, sha256, upload_id, data, staged)
     ), filed AS (
-      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, upload_id)
-      SELECT sent.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.upload_id FROM files_in f JOIN sent ON sent.ord = f.ord
+      INSERT INTO attachments (message_id, n, filename, content_type, size, sha256, upload_id, sealed_by)
+      SELECT sent.id, f.n, f.filename, f.content_type, f.size, f.sha256, f.upload_id, ${p('sealedBy')}::text FROM files_in f JOIN sent ON sent.ord = f.ord
     ), inline_chunks AS (
-      INSERT INTO attachment_chunks (upload_id, seq, message_id, data)
-      SELECT f.upload_id, 0, sent.id, f.data FROM files_in f JOIN sent ON sent.ord = f.ord WHERE f.data IS NOT NULL
+      INSERT INTO attachment_chunks (upload_id, seq, message_id, data, sealed_by)
+      SELECT f.upload_id, 0, sent.id, f.data, ${p('sealedBy')}::text FROM files_in f JOIN sent ON sent.ord = f.ord WHERE f.data IS NOT NULL
     ), claimed AS (
       UPDATE attachment_chunks SET message_id = sent.id FROM files_in f JOIN sent ON sent.ord = f.ord
       WHERE f.staged AND attachment_chunks.upload_id = f.upload_id AND attachment_chunks.message_id IS NULL
@@ -223,10 +252,10 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
   return sql`
     WITH input AS (
       SELECT * FROM unnest(${p('keyId')}::text[], ${p('lim')}::int[], ${p('sender')}::text[],
-        ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[], ${p('replyTo')}::text[],
+        ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[], ${p('hashes')}::text[], ${p('replyTo')}::text[],
         ${p('data')}::text[], ${p('idemKey')}::text[],
         ${p('idemHash')}::text[], ${p('held')}::boolean[], ${p('toGroup')}::boolean[])
-        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, reply_to, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, hashes, reply_to, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
       ? sql``
       : sql`
       -- lock_timeout for the rest of this statement's transaction (its own, alone, or the
@@ -296,8 +325,9 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
     ), sent AS (
       -- A send to a user is written only if its feed was taken (the user is still there); to a
       -- group, always, even when no other member receives it.
-      -- Its event's data is built once, however many members receive it.
-      SELECT granted.*, jsonb_set(granted.data::jsonb, '{message,createdAt}', to_jsonb(clock.iso)) AS event FROM granted, clock
+      -- Its event's data is sealed once, however many members receive it: a JSON string, whose
+      -- message.createdAt the reader takes from the event's created_at (this statement's clock).
+      SELECT granted.*, granted.data::jsonb AS event FROM granted
       WHERE granted.to_group OR EXISTS (SELECT 1 FROM feed WHERE feed.address = granted.recipient)
     ), last_ids AS (
       SELECT jsonb_object_agg(address, event_seq - n) AS ids FROM feed
@@ -317,14 +347,14 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
       SELECT array_agg(sent.id ORDER BY input.ord) AS ids, array_agg(sent.event ORDER BY input.ord) AS events
       FROM input LEFT JOIN sent ON sent.ord = input.ord
     ), written AS (
-      INSERT INTO messages (id, sender, recipient, body, reply_to, created_at)
-      SELECT sent.id, sent.sender, sent.recipient, sent.body, sent.reply_to, clock.at FROM sent, clock
+      INSERT INTO messages (id, sender, recipient, body, search_hashes, sealed_by, reply_to, created_at)
+      SELECT sent.id, sent.sender, sent.recipient, sent.body, sent.hashes::bigint[], ${p('sealedBy')}::text, sent.reply_to, clock.at FROM sent, clock
       RETURNING id
     ), delivered AS (
       INSERT INTO deliveries (message_id, recipient) SELECT (SELECT ids FROM by_ord)[d.ord], d.address FROM delivering d
     ), appended AS (
-      INSERT INTO events (address, seq, type, data, message_id, created_at)
-      SELECT d.address, d.seq, 'message.received', (SELECT events FROM by_ord)[d.ord], (SELECT ids FROM by_ord)[d.ord], clock.at
+      INSERT INTO events (address, seq, type, data, sealed_by, message_id, created_at)
+      SELECT d.address, d.seq, 'message.received', (SELECT events FROM by_ord)[d.ord], ${p('sealedBy')}::text, (SELECT ids FROM by_ord)[d.ord], clock.at
       FROM delivering d, clock
     )${keyed
       ? sql`, remembered AS (

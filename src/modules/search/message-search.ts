@@ -1,8 +1,9 @@
-import { and, desc, eq, getTableColumns, isNull, or, sql, type SQL } from 'drizzle-orm'
+import { and, desc, eq, isNull, or, sql, type SQL } from 'drizzle-orm'
 import { union } from 'drizzle-orm/pg-core'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
-import { deliveries, messages, type MessageRow } from '../messages/messages.table.js'
+import { opened } from '../messages/messages.repository.js'
+import { deliveries, messageColumns, messages, type MessageRow } from '../messages/messages.table.js'
 import { querySearchHashes } from './search-terms.js'
 
 export type Conversation =
@@ -62,7 +63,7 @@ function narrowedBy (s: MessageSearch): SQL | undefined {
 
 /** The table-first plan (exposed so a test can EXPLAIN exactly what runs). */
 export function messageSearchQuery (db: Db, s: MessageSearch) {
-  return db.select().from(messages)
+  return db.select(messageColumns).from(messages)
     .where(and(narrowedBy(s), readableBy(s.viewer)))
     .orderBy(desc(messages.createdAt), desc(messages.id))
     .limit(s.limit)
@@ -74,7 +75,7 @@ export function readerFirstQuery (db: Db, s: MessageSearch) {
     db.select({ id: messages.id }).from(messages).where(eq(messages.sender, s.viewer)),
     db.select({ id: deliveries.messageId }).from(deliveries).where(and(eq(deliveries.recipient, s.viewer), isNull(deliveries.hiddenAt)))
   ))
-  return db.with(readable).select(getTableColumns(messages)).from(readable)
+  return db.with(readable).select(messageColumns).from(readable)
     .innerJoin(messages, eq(messages.id, readable.id))
     .where(narrowedBy(s))
     .orderBy(desc(messages.createdAt), desc(messages.id))
@@ -94,6 +95,8 @@ export async function readsAtMost (db: Db, viewer: string, max: number): Promise
 
 export async function searchMessages (db: Db, s: MessageSearch): Promise<MessageRow[]> {
   // Listing a conversation needs no choice: the sender and recipient indexes serve it.
-  if (s.terms !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)) return readerFirstQuery(db, s)
-  return messageSearchQuery(db, s)
+  const rows = s.terms !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)
+    ? await readerFirstQuery(db, s)
+    : await messageSearchQuery(db, s)
+  return rows.map(opened)
 }

@@ -1,7 +1,8 @@
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
-import { messageSearchQuery, prefixQuery, READER_FIRST_MAX, readerFirstQuery, readsAtMost, searchMessages, type MessageSearch } from '../../../src/modules/search/message-search.js'
+import { messageSearchQuery, READER_FIRST_MAX, readerFirstQuery, readsAtMost, searchMessages, type MessageSearch } from '../../../src/modules/search/message-search.js'
+import { queryTerms } from '../../../src/modules/search/search-terms.js'
 import { build, type Caller } from '../../helper.js'
 
 type Result = { type: string, message?: { body: string, id: string }, user?: { address: string }, group?: { name: string } }
@@ -35,7 +36,7 @@ t.test('message search: every word as a prefix, case-insensitive, newest first, 
   t.same(bodies((await find(alice, { query: 'goodbye', types: ['messages'] })).results), ['goodbye world'])
 })
 
-t.test('tsquery and LIKE syntax in a query is only text', async (t) => {
+t.test('query syntax and LIKE wildcards in a query are only text', async (t) => {
   const { as } = await build(t)
   const alice = await as('alice')
   await as('bob')
@@ -46,8 +47,8 @@ t.test('tsquery and LIKE syntax in a query is only text', async (t) => {
   }
   t.same(bodies((await find(alice, { query: '(cats) | !dogs' })).results), ['cats & dogs: 100% (really) fine'])
   t.same((await find(alice, { query: '%', types: ['users'] })).results, [], 'LIKE wildcards match only themselves')
-  t.same(prefixQuery("it's a:* | b"), "'it':* & 's':* & 'a':* & 'b':*")
-  t.equal(prefixQuery('!!! ...'), undefined)
+  t.same(queryTerms("it's a:* | b"), ['it', 's', 'a', 'b'], 'a query is its runs of letters and digits')
+  t.equal(queryTerms('!!! ...'), undefined)
 })
 
 t.test('users and the caller\'s groups match by substring; types choose what is searched', async (t) => {
@@ -138,20 +139,20 @@ t.test('a search costs what the caller can read: reader-first for a small reader
   t.equal(await readsAtMost(db, 'carol', READER_FIRST_MAX), true, 'carol reads a handful: reader-first')
   t.equal(await readsAtMost(db, 'alice', READER_FIRST_MAX), false, 'alice reads 100,000: index-first')
 
-  const carolPlan = await explain(db, readerFirstQuery(db, { viewer: 'carol', tsquery: prefixQuery('f'), limit: 51 }).toSQL())
-  t.notMatch(carolPlan, /messages_search_idx|Seq Scan on messages/, `carol's one-letter search reads neither the GIN index nor the table:\n${carolPlan}`)
-  const alicePlan = await explain(db, messageSearchQuery(db, { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 }).toSQL())
+  const carolPlan = await explain(db, readerFirstQuery(db, { viewer: 'carol', terms: queryTerms('fi'), limit: 51 }).toSQL())
+  t.notMatch(carolPlan, /messages_search_idx|Seq Scan on messages/, `carol's two-letter search reads neither the GIN index nor the table:\n${carolPlan}`)
+  const alicePlan = await explain(db, messageSearchQuery(db, { viewer: 'alice', terms: queryTerms('zebra'), limit: 51 }).toSQL())
   t.match(alicePlan, /messages_search_idx/, `alice's search reads the GIN index:\n${alicePlan}`)
 
   // The two plans are one answer: whoever asks, whatever the words, page or conversation.
   const searches: MessageSearch[] = [
-    { viewer: 'carol', tsquery: prefixQuery('f'), limit: 51 },
-    { viewer: 'carol', tsquery: prefixQuery('zebra'), limit: 51 },
-    { viewer: 'carol', tsquery: prefixQuery('filler t'), limit: 1 },
-    { viewer: 'carol', tsquery: prefixQuery('filler'), limit: 51, with: { kind: 'user', address: 'bob' } },
-    { viewer: 'alice', tsquery: prefixQuery('zebra'), limit: 51 },
-    { viewer: 'alice', tsquery: prefixQuery('number 99'), limit: 5, before: { createdAt: new Date(Date.now() - 5_000_000).toISOString(), id: 'msg_z' } },
-    { viewer: 'bob', tsquery: prefixQuery('carol'), limit: 51 }
+    { viewer: 'carol', terms: queryTerms('fi'), limit: 51 },
+    { viewer: 'carol', terms: queryTerms('zebra'), limit: 51 },
+    { viewer: 'carol', terms: queryTerms('filler t'), limit: 1 },
+    { viewer: 'carol', terms: queryTerms('filler'), limit: 51, with: { kind: 'user', address: 'bob' } },
+    { viewer: 'alice', terms: queryTerms('zebra'), limit: 51 },
+    { viewer: 'alice', terms: queryTerms('number 99'), limit: 5, before: { createdAt: new Date(Date.now() - 5_000_000).toISOString(), id: 'msg_z' } },
+    { viewer: 'bob', terms: queryTerms('carol'), limit: 51 }
   ]
   for (const s of searches) {
     const [table, reader] = await Promise.all([messageSearchQuery(db, s), readerFirstQuery(db, s)])
