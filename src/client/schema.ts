@@ -984,7 +984,7 @@ export type components = {
              * @description Stable for programs
              * @enum {string}
              */
-            code: "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "CONFLICT" | "VALIDATION_FAILED" | "UNSUPPORTED_MEDIA_TYPE" | "PAYLOAD_TOO_LARGE" | "RATE_LIMITED" | "QUOTA_EXCEEDED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_PROGRESS" | "UNAVAILABLE" | "INTERNAL" | "RANGE_NOT_SATISFIABLE";
+            code: "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "CONFLICT" | "VALIDATION_FAILED" | "UNSUPPORTED_MEDIA_TYPE" | "PAYLOAD_TOO_LARGE" | "RATE_LIMITED" | "QUOTA_EXCEEDED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_PROGRESS" | "UNAVAILABLE" | "INTERNAL" | "RANGE_NOT_SATISFIABLE" | "SEALED_KEY_MISSING";
             /** @description The HTTP reason phrase */
             error: string;
             /** @description For people: names the field or thing at fault */

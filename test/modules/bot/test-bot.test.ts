@@ -2,6 +2,7 @@ import t from 'tap'
 import { sql } from 'drizzle-orm'
 import type { Db } from '../../../src/db/client.js'
 import { queryRows } from '../../../src/db/rows.js'
+import { openedBody } from '../../../src/modules/messages/message-body.js'
 import { build, type Caller } from '../../helper.js'
 import { until } from '../../support/until.js'
 
@@ -30,6 +31,12 @@ async function botsDone (db: Db): Promise<void> {
   }, { message: 'the bots never finished with their feed' })
 }
 
+/** The bot's replies as stored, their bodies opened (the table holds them sealed). */
+async function botReplies (db: Db): Promise<{ body: string }[]> {
+  const rows = await queryRows<{ id: string, body: string, sealed_by: string | null }>(db, sql`SELECT id, body, sealed_by FROM messages WHERE sender = 'testbot'`)
+  return rows.map((r) => ({ body: openedBody({ id: r.id, body: r.body, sealedBy: r.sealed_by }) }))
+}
+
 t.test('the test bot answers each message once with echo: <body> and marks it read, with two instances running', async (t) => {
   const { as, db, secondInstance } = await build(t)
   await secondInstance()
@@ -45,7 +52,7 @@ t.test('the test bot answers each message once with echo: <body> and marks it re
     { type: 'message.status', data: { message: sent.json().id, recipient: 'testbot', status: 'read' } }
   ])
   await botsDone(db)
-  const replies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'testbot'`)
+  const replies = await botReplies(db)
   t.same(replies, [{ body: 'echo: ping' }], 'exactly one reply')
   const [delivery] = await queryRows<{ status: string }>(db, sql`SELECT status FROM deliveries WHERE message_id = ${sent.json().id}`)
   t.equal(delivery!.status, 'read')
@@ -60,6 +67,6 @@ t.test('a burst to the bot gets one reply per message', async (t) => {
   await Promise.all(Array.from({ length: 12 }, (_, i) => alice.post('/v2/message', { recipient: 'testbot', body: `b${i}` })))
   // Every send has committed: once the bots are done, each is answered, and nothing more comes.
   await botsDone(db)
-  const replies = await queryRows<{ body: string }>(db, sql`SELECT body FROM messages WHERE sender = 'testbot' ORDER BY body`)
+  const replies = await botReplies(db)
   t.same(replies.map((r) => r.body).sort(), Array.from({ length: 12 }, (_, i) => `echo: b${i}`).sort())
 })

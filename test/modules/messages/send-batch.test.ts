@@ -1,10 +1,11 @@
-import { sql } from 'drizzle-orm'
+import { and, asc, eq, sql } from 'drizzle-orm'
 import http from 'node:http'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
-import { eventDataJson } from '../../../src/modules/events/events.repository.js'
+import { eventDataJson, toEvent } from '../../../src/modules/events/events.repository.js'
+import { events } from '../../../src/modules/events/events.table.js'
 import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
 import { createSendService, type SendResult } from '../../../src/modules/messages/send.service.js'
 import { build, type Built } from '../../helper.js'
@@ -38,9 +39,12 @@ async function outcomes (sends: Promise<SendResult>[]): Promise<(number | SendRe
 
 /** A feed's message events: id and body. */
 async function feed (built: Built, address: string): Promise<{ seq: number, body: string }[]> {
-  return queryRows<{ seq: number, body: string }>(built.db, sql`
-    SELECT e.seq::int AS seq, e.data->'message'->>'body' AS body FROM events e
-    WHERE e.address = ${address} AND e.type = 'message.received' ORDER BY e.seq`)
+  const rows = await built.db.select().from(events)
+    .where(and(eq(events.address, address), eq(events.type, 'message.received'))).orderBy(asc(events.seq))
+  return rows.map((row) => {
+    const event = toEvent(row)
+    return { seq: row.seq, body: event.type === 'message.received' ? event.data.message.body : '' }
+  })
 }
 
 /** Every event id of a feed, in order. */
