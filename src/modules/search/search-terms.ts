@@ -15,6 +15,8 @@ export const PREFIX_MAX = 24
 /** At most this many words of a query count (as before: a query is at most 200 characters). */
 const QUERY_WORDS_MAX = 32
 
+const SURROGATE = /[\uD800-\uDFFF]/
+
 function words (text: string): string[] {
   return [...new Set(text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])]
 }
@@ -24,8 +26,13 @@ export function bodyTerms (body: string): Set<string> {
   const terms = new Set<string>()
   for (const word of words(body)) {
     terms.add(word)
-    const chars = Array.from(word)
-    for (let n = 2; n < chars.length && n <= PREFIX_MAX; n++) terms.add(chars.slice(0, n).join(''))
+    // By characters, not UTF-16 units: split into code points only when a word has a pair.
+    const chars: ArrayLike<string> = SURROGATE.test(word) ? Array.from(word) : word
+    let prefix = chars[0]!
+    for (let n = 1; n < chars.length - 1 && n < PREFIX_MAX; n++) {
+      prefix += chars[n]
+      terms.add(prefix)
+    }
   }
   return terms
 }
