@@ -13,8 +13,9 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ reads: Reads, messageRete
       operationId: 'search',
       tags: ['search'],
       summary: 'Search messages, users and groups',
-      description: 'Messages the caller may read whose body has every word of the query as a word prefix (PostgreSQL full-text ' +
-        'search), newest first; users whose address or display name contains the query; the caller\'s groups whose name contains ' +
+      description: 'Messages the caller may read whose body has every word of the query as a word prefix (a word is a run of ' +
+        'letters and digits; prefixes count from 2 characters, a one-character word matches itself; matched by keyed hashes, the ' +
+        'words are never stored), newest first; users whose address or display name contains the query; the caller\'s groups whose name contains ' +
         'it. `with` restricts messages to one conversation, and without a query lists it. A page holds at most `limit` results and ' +
         'about 1 MiB of them (at least one): page on with nextCursor until it is null.',
       body: SearchBody,
