@@ -1496,7 +1496,7 @@ export type components = {
         ContentDisposition: string;
         /** @description bytes first-last/size of a partial answer, or bytes *\/size with 416 */
         ContentRange: string;
-        /** @description The SHA-256 of the file, quoted */
+        /** @description A keyed tag of the file's content, quoted: the same file has the same ETag, and it tells nothing about the content */
         ETag: string;
         /** @description attachment; filename="parley-export-<address>-<date>.zip" */
         ExportDisposition: string;
@@ -4956,7 +4956,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The file, with its uploaded Content-Type; ETag is its quoted SHA-256 */
+            /** @description The file, with its uploaded Content-Type; ETag is a quoted keyed tag of its content */
             200: {
                 headers: {
                     "Content-Disposition": components["headers"]["ContentDisposition"];

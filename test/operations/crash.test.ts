@@ -1,13 +1,27 @@
+import { createHash } from 'node:crypto'
 import { connect } from 'node:net'
 import pg from 'pg'
 import t from 'tap'
 import { connectPostgres } from '../../src/db/client.js'
-import { createAttachmentChunksRepository } from '../../src/modules/messages/attachment-chunks.repository.js'
+import { createAttachmentChunksRepository, type AttachmentChunksRepository } from '../../src/modules/messages/attachment-chunks.repository.js'
+import { installKeyring, Keyring, parseSealingKeys } from '../../src/sealing/keyring.js'
+import { openText, record } from '../../src/sealing/records.js'
 import { usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
+import { TEST_SEALING_KEYS } from '../support/sealing.js'
 import { until } from '../support/until.js'
 
 const skip = usingPostgres() ? false : 'the crash test kills a server process and reopens its database: it runs on PostgreSQL'
+
+/** A stored file's bytes, chunk after chunk until there is none. */
+async function storedBytes (chunks: AttachmentChunksRepository, uploadId: string): Promise<Buffer> {
+  const stored: Buffer[] = []
+  for (let seq = 0; ; seq++) {
+    const chunk = await chunks.readChunk(uploadId, seq)
+    if (chunk === undefined) return Buffer.concat(stored)
+    stored.push(chunk)
+  }
+}
 
 type Outcome = { status: number, id?: string } | { error: string }
 
@@ -143,18 +157,25 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
     const client = new pg.Client({ connectionString: env.DATABASE_URL })
     await client.connect()
     t.teardown(() => client.end())
-    const { rows } = await client.query<{ n: number, sha256: string, size: number, stored: string | null, bytes: number | null }>(`
-      SELECT a.n, a.sha256, a.size,
-        (SELECT encode(sha256(string_agg(c.data, ''::bytea ORDER BY c.seq)), 'hex') FROM attachment_chunks c WHERE c.upload_id = a.upload_id AND c.message_id = a.message_id) AS stored,
-        (SELECT sum(length(c.data))::int FROM attachment_chunks c WHERE c.upload_id = a.upload_id) AS bytes
+    // Opened in Node, as the service reads them: the chunks and the hash are sealed (API.md §11).
+    installKeyring(new Keyring(parseSealingKeys(TEST_SEALING_KEYS)))
+    const database = await connectPostgres(env.DATABASE_URL!, 1)
+    t.teardown(() => database.close())
+    const chunks = createAttachmentChunksRepository(database.db)
+    const { rows } = await client.query<{ message_id: string, n: number, sha256: string, size: number, upload_id: string, sealed_by: string | null }>(`
+      SELECT a.message_id, a.n, a.sha256, a.size, a.upload_id, a.sealed_by
       FROM attachments a JOIN messages m ON m.id = a.message_id WHERE m.sender = 'writer'`)
     t.ok(rows.length > 0, `${rows.length} stored attachments`)
-    t.same(rows.filter((r) => r.stored !== r.sha256 || r.bytes !== r.size), [], 'each one\'s chunks hash to its SHA-256')
+    const broken: string[] = []
+    for (const a of rows) {
+      const bytes = await storedBytes(chunks, a.upload_id)
+      const sha256 = openText(a.sha256, record.attachmentSha256(a.message_id, a.n), a.sealed_by)
+      if (bytes.length !== a.size || createHash('sha256').update(bytes).digest('hex') !== sha256) broken.push(`${a.message_id}/${a.n}`)
+    }
+    t.same(broken, [], 'each one\'s chunks hash to its SHA-256')
     const orphans = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM attachment_chunks WHERE message_id IS NULL')
     t.ok(orphans.rows[0]!.n > 0, `the cut-off upload left ${orphans.rows[0]!.n} unclaimed chunks`)
     // Not yet: a live upload on another instance may still be sending.
-    const database = await connectPostgres(env.DATABASE_URL!, 1)
-    t.teardown(() => database.close())
     t.equal(await createAttachmentChunksRepository(database.db).sweep(), 0, 'fresh staged chunks are kept')
     await client.query("UPDATE attachment_chunks SET staged_at = now() - interval '2 hours' WHERE message_id IS NULL")
     t.equal(await createAttachmentChunksRepository(database.db).sweep(), orphans.rows[0]!.n, 'an hour later they are swept')

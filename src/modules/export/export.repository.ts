@@ -1,7 +1,11 @@
-import { sql } from 'drizzle-orm'
+import { asc, inArray, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
+import { openText, record } from '../../sealing/records.js'
 import { messageFieldsOf, type MessageColumns, type MessageFields } from '../messages/messages.repository.js'
+import { attachments } from '../messages/messages.table.js'
+import { metadataMap } from '../metadata/metadata.repository.js'
+import { metadata } from '../metadata/metadata.table.js'
 
 /** Where a page of the user's sent messages starts: after this message (their order is time, then id). */
 export interface SentAfter { createdAt: Date, id: string }
@@ -74,20 +78,20 @@ export function createExportRepository (db: Db) {
       return new Map(rows.map((r) => [r.message_id, JSON.parse(r.recipients) as RecipientStatus[]]))
     },
 
-    /** The metadata of these entities (messages, groups) that have any. */
+    /** The metadata of these entities (messages, groups) that have any: opened here, so empty maps are left out here too. */
     async metadataOf (entities: string[]): Promise<Map<string, Record<string, unknown>>> {
       if (entities.length === 0) return new Map()
-      const rows = await queryRows<{ entity: string, data: Record<string, unknown> | string }>(db, sql`
-        SELECT entity, data FROM metadata WHERE entity = ANY(${sql.param(entities)}::text[]) AND data <> '{}'::jsonb`)
-      return new Map(rows.map((r) => [r.entity, typeof r.data === 'string' ? JSON.parse(r.data) as Record<string, unknown> : r.data]))
+      const rows = await db.select().from(metadata).where(inArray(metadata.entity, entities))
+      const maps = rows.map((row) => [row.entity, metadataMap(row)] as const)
+      return new Map(maps.filter(([, map]) => Object.keys(map).length > 0))
     },
 
-    /** The files of these messages, in message and upload order. */
+    /** The files of these messages, in message and upload order, their names opened. */
     async files (messageIds: string[]): Promise<ExportedFile[]> {
       if (messageIds.length === 0) return []
-      return queryRows<ExportedFile>(db, sql`
-        SELECT message_id AS "messageId", n, filename, size, upload_id AS "uploadId" FROM attachments
-        WHERE message_id = ANY(${sql.param(messageIds)}::text[]) ORDER BY message_id, n`)
+      const rows = await db.select({ messageId: attachments.messageId, n: attachments.n, filename: attachments.filename, size: attachments.size, uploadId: attachments.uploadId, sealedBy: attachments.sealedBy })
+        .from(attachments).where(inArray(attachments.messageId, messageIds)).orderBy(asc(attachments.messageId), asc(attachments.n))
+      return rows.map(({ sealedBy, ...file }) => ({ ...file, filename: openText(file.filename, record.attachmentFilename(file.messageId, file.n), sealedBy) }))
     },
 
     /** Groups `address` is a member of (or owns), by id after `afterId`. */

@@ -28,8 +28,6 @@ export const exportBusy = (address: string) => new RateLimited(`an export of ${a
 const PAGE = 200
 /** Roster entries and groups read per statement. */
 const LIST_PAGE = 100
-/** Bytes of a file read per statement: a hex string of twice this stays under V8's 128 KiB large-object size. */
-const SLICE_BYTES = 60 * 1024
 
 /** What the archive's README.txt says, so a person opening it knows what each file is. */
 const README = `A Parley export: everything the service holds of one user.
@@ -117,8 +115,9 @@ function startExport (reader: Db, zip: ZipFile, address: string, consistent: boo
     // written has lost its files: they are listed in missing.txt rather than fail the export.
     const missing: string[] = []
     for await (const file of filesOf(repo, address, until)) {
-      if (file.size > 0 && await chunks.readSlice(file.uploadId, 0, 0, 1) === undefined) missing.push(file.path)
-      else await add(file.path, fileBytes(chunks, file.uploadId, file.size), { compress: false, mtime: file.createdAt })
+      const first = file.size === 0 ? Buffer.alloc(0) : await chunks.readChunk(file.uploadId, 0)
+      if (first === undefined) missing.push(file.path)
+      else await add(file.path, fileBytes(chunks, file.uploadId, file.size, first), { compress: false, mtime: file.createdAt })
     }
     if (missing.length > 0) {
       await add('missing.txt', [`Files deleted while this export was being written, not in it:\n${missing.join('\n')}\n`], { compress: true })
@@ -269,19 +268,18 @@ async function * filesOf (repo: ExportRepository, address: string, until: Date) 
 }
 
 /**
- * A stored file's bytes, a slice per statement as the archive takes them: SLICE_BYTES, so the
- * driver's copy of each is freed by the young generation (attachment-chunks.repository.ts,
- * readSlice); a file whose rows are gone meanwhile (the embedded database reads no snapshot)
- * fails the export rather than end short in silence.
+ * A stored file's bytes, a chunk per statement as the archive takes them (`first`, chunk 0, read
+ * already): each chunk opened whole, its row read in slices small enough for the driver's copy
+ * to be freed by the young generation (attachment-chunks.repository.ts, readChunk); a file
+ * whose rows are gone meanwhile (the embedded database reads no snapshot) fails the export
+ * rather than end short in silence.
  */
-async function * fileBytes (chunks: ReturnType<typeof createAttachmentChunksRepository>, uploadId: string, size: number): AsyncGenerator<Buffer> {
-  for (let at = 0; at < size;) {
-    // Slices never straddle two chunks: each is one row's substring.
-    const offset = at % CHUNK_BYTES
-    const length = Math.min(SLICE_BYTES, CHUNK_BYTES - offset, size - at)
-    const slice = await chunks.readSlice(uploadId, Math.floor(at / CHUNK_BYTES), offset, length)
-    if (slice?.length !== length) throw new Error(`attachment ${uploadId} lost bytes ${at}..${at + length} during the export`)
-    yield slice
+async function * fileBytes (chunks: ReturnType<typeof createAttachmentChunksRepository>, uploadId: string, size: number, first: Buffer): AsyncGenerator<Buffer> {
+  for (let seq = 0, at = 0; at < size; seq++) {
+    const length = Math.min(CHUNK_BYTES, size - at)
+    const chunk = seq === 0 ? first : await chunks.readChunk(uploadId, seq)
+    if (chunk?.length !== length) throw new Error(`attachment ${uploadId} lost bytes ${at}..${at + length} during the export`)
+    yield chunk
     at += length
   }
 }

@@ -1,10 +1,9 @@
-import { createHash } from 'node:crypto'
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { readableMessage } from './access.service.js'
-import { createIdempotencyRepository } from './idempotency.repository.js'
+import { createIdempotencyRepository, requestTag, sameRequest } from './idempotency.repository.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
 import { IdempotencyMismatch } from './send.errors.js'
@@ -37,7 +36,8 @@ export interface EditResult {
  */
 export async function editMessage (db: Db, input: EditInput): Promise<EditResult> {
   const key = input.idempotencyKey === undefined ? undefined : { keyId: input.keyId, idempotencyKey: input.idempotencyKey }
-  const requestHash = createHash('sha256').update(JSON.stringify({ edit: input.id, body: input.body })).digest('hex')
+  // What makes two edits the same edit; only its keyed tag is stored.
+  const request = JSON.stringify({ edit: input.id, body: input.body })
   return transaction(db, async (tx) => {
     const messages = createMessagesRepository(tx)
     const idempotency = createIdempotencyRepository(tx)
@@ -45,7 +45,7 @@ export async function editMessage (db: Db, input: EditInput): Promise<EditResult
       await idempotency.lock(key)
       const earlier = await idempotency.find(key)
       if (earlier !== undefined) {
-        if (earlier.requestHash !== requestHash) throw new IdempotencyMismatch(key.idempotencyKey)
+        if (!sameRequest(earlier, request)) throw new IdempotencyMismatch(key.idempotencyKey)
         const row = await messages.find(input.id)
         if (row === undefined) throw new NotFound('message', input.id)
         return { message: await messages.view(row, input.editor), replayed: true }
@@ -65,7 +65,7 @@ export async function editMessage (db: Db, input: EditInput): Promise<EditResult
     await createEventsRepository(tx).append([...seen].map(([address, copy]) => ({
       address, type: 'message.edited', data: { message: copy }, messageId: input.id
     })))
-    if (key !== undefined) await idempotency.record(key, requestHash, input.id)
+    if (key !== undefined) await idempotency.record(key, requestTag(request), input.id)
     return { message, replayed: false }
   })
 }

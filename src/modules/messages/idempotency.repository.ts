@@ -1,6 +1,8 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
 import { and, eq, gt, inArray, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryPrepared } from '../../db/rows.js'
+import { keyring } from '../../sealing/keyring.js'
 import { idempotencyKeys } from './idempotency.table.js'
 
 /** How long an Idempotency-Key answers for its send. */
@@ -9,6 +11,35 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000
 // Seed of the 64-bit hash that names an Idempotency-Key's advisory lock (any fixed value; the
 // one used before coalescing, so instances of both versions exclude each other during an upgrade).
 const LOCK_SEED = 0x1de
+
+/**
+ * What a record keeps of its request: a keyed tag (Keyring.tag) of the request's canonical
+ * text, and the key that tagged it. A plain SHA-256 of the fields confirmed a guessed body to
+ * whoever read the table (API.md §11); the tag confirms nothing without the key.
+ */
+export interface RequestTag { hash: string, sealedBy: string }
+
+/** A record's request as stored: sealedBy NULL for one written before sealing (a plain SHA-256). */
+export interface StoredRequest { requestHash: string, sealedBy: string | null }
+
+/** The tag of `request` (a request's canonical text: what makes two requests the same) under the active key. */
+export function requestTag (request: string): RequestTag {
+  const ring = keyring()
+  return { hash: ring.tag(request), sealedBy: ring.active }
+}
+
+/**
+ * Whether `stored` was recorded for the same request as `request`: tagged again under the
+ * record's own key, so a record from before a rotation still matches its retries (a record
+ * under a key no longer configured answers SealedKeyMissing, 503). A record from before sealing
+ * holds the plain SHA-256 and is compared as such; it is gone within the 24 h window.
+ */
+export function sameRequest (stored: StoredRequest, request: string): boolean {
+  const hash = stored.sealedBy === null
+    ? createHash('sha256').update(request).digest('hex')
+    : keyring().tag(request, stored.sealedBy)
+  return hash.length === stored.requestHash.length && timingSafeEqual(Buffer.from(hash), Buffer.from(stored.requestHash))
+}
 
 /** An Idempotency-Key as its lock and record know it: per API key. */
 export interface HeldKey { keyId: string, idempotencyKey: string }
@@ -42,11 +73,12 @@ export function createIdempotencyRepository (db: Db) {
     },
 
     /** Records what a key did (under its lock, in the transaction that did it), replacing a record past the window. */
-    async record (key: HeldKey, requestHash: string, messageId: string): Promise<void> {
-      await db.insert(idempotencyKeys).values({ keyId: key.keyId, idempotencyKey: key.idempotencyKey, requestHash, messageId })
+    async record (key: HeldKey, request: RequestTag, messageId: string): Promise<void> {
+      const written = { requestHash: request.hash, sealedBy: request.sealedBy, messageId }
+      await db.insert(idempotencyKeys).values({ keyId: key.keyId, idempotencyKey: key.idempotencyKey, ...written })
         .onConflictDoUpdate({
           target: [idempotencyKeys.keyId, idempotencyKeys.idempotencyKey],
-          set: { requestHash, messageId, createdAt: sql`now()` }
+          set: { ...written, createdAt: sql`now()` }
         })
     },
 
@@ -55,9 +87,9 @@ export function createIdempotencyRepository (db: Db) {
      * Another retry's replay holds it as briefly as a send does, so a taken lock alone does not
      * mean a send is in flight; a record committed means the send it names has finished.
      */
-    async find (key: HeldKey): Promise<{ messageId: string, requestHash: string } | undefined> {
+    async find (key: HeldKey): Promise<(StoredRequest & { messageId: string }) | undefined> {
       // The window is the database's clock, as the batch statement's is.
-      const [row] = await db.select({ messageId: idempotencyKeys.messageId, requestHash: idempotencyKeys.requestHash })
+      const [row] = await db.select({ messageId: idempotencyKeys.messageId, requestHash: idempotencyKeys.requestHash, sealedBy: idempotencyKeys.sealedBy })
         .from(idempotencyKeys)
         .where(and(eq(idempotencyKeys.keyId, key.keyId), eq(idempotencyKeys.idempotencyKey, key.idempotencyKey),
           gt(idempotencyKeys.createdAt, sql`now() - make_interval(secs => ${IDEMPOTENCY_WINDOW_MS / 1000})`)))

@@ -1,9 +1,10 @@
 import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
+import { openText, record } from '../../sealing/records.js'
 import type { Message } from './messages.schemas.js'
 import { openedBody, storedBody } from './message-body.js'
-import { attachments, deliveries, messageColumns, messageReactions, messages, type DeliveryStatus, type MessageRow } from './messages.table.js'
+import { attachments, deliveries, messageColumns, messageReactions, messages, type AttachmentRow, type DeliveryStatus, type MessageRow } from './messages.table.js'
 
 const RANK: Record<DeliveryStatus, number> = { sent: 0, delivered: 1, read: 2 }
 
@@ -47,6 +48,25 @@ export function opened (row: MessageRow): MessageRow {
   return { ...row, body: openedBody(row) }
 }
 
+/** An attachment's columns that are sealed (API.md §11), as written (sealedBy NULL: plain). */
+type SealedAttachmentColumns = Pick<AttachmentRow, 'messageId' | 'n' | 'filename' | 'contentType' | 'sealedBy'>
+
+/** An attachment as a message lists it, its name and type opened. */
+function attachmentMeta (row: SealedAttachmentColumns & Pick<AttachmentRow, 'size'>): AttachmentMeta {
+  return {
+    index: row.n,
+    filename: openText(row.filename, record.attachmentFilename(row.messageId, row.n), row.sealedBy),
+    contentType: openText(row.contentType, record.attachmentContentType(row.messageId, row.n), row.sealedBy),
+    size: row.size
+  }
+}
+
+/** A stored attachment row with its name, type and hash opened (a download's headers, its ETag). */
+function openAttachment (row: AttachmentRow): AttachmentRow {
+  const { filename, contentType } = attachmentMeta(row)
+  return { ...row, filename, contentType, sha256: openText(row.sha256, record.attachmentSha256(row.messageId, row.n), row.sealedBy) }
+}
+
 function toMessage (row: MessageFields, files: AttachmentMeta[], reactions: Reaction[]): Message {
   return {
     id: row.id,
@@ -69,10 +89,10 @@ export function createMessagesRepository (db: Db) {
   async function viewMany (rows: MessageFields[], viewer: string): Promise<Message[]> {
     if (rows.length === 0) return []
     const ids = rows.map((r) => r.id)
-    const files = await db.select({ messageId: attachments.messageId, index: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size })
+    const files = await db.select({ messageId: attachments.messageId, n: attachments.n, filename: attachments.filename, contentType: attachments.contentType, size: attachments.size, sealedBy: attachments.sealedBy })
       .from(attachments).where(inArray(attachments.messageId, ids)).orderBy(asc(attachments.messageId), asc(attachments.n))
     const counted = await reactionsOf(ids, [viewer])
-    return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(({ messageId: _, ...meta }) => meta), counted(row.id, viewer)))
+    return rows.map((row) => toMessage(row, files.filter((f) => f.messageId === row.id).map(attachmentMeta), counted(row.id, viewer)))
   }
 
   /**
@@ -164,9 +184,10 @@ export function createMessagesRepository (db: Db) {
       return new Map(readers.map((reader) => [reader, { ...base!, reactions: counted(row.id, reader) }]))
     },
 
-    async attachment (messageId: string, n: number) {
+    /** One attachment's row, its name, type and hash opened; undefined when there is none. */
+    async attachment (messageId: string, n: number): Promise<AttachmentRow | undefined> {
       const [row] = await db.select().from(attachments).where(and(eq(attachments.messageId, messageId), eq(attachments.n, n)))
-      return row
+      return row === undefined ? undefined : openAttachment(row)
     },
 
     async delivery (messageId: string, recipient: string) {

@@ -7,6 +7,7 @@ import { principalOf } from '../../plugins/auth.js'
 import { UploadedFile } from './uploaded-file.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { quotaHeaders } from '../quota/quota.repository.js'
+import { keyring } from '../../sealing/keyring.js'
 import { Readable } from 'node:stream'
 import { CHUNK_BYTES, createAttachmentChunksRepository, type AttachmentChunksRepository } from './attachment-chunks.repository.js'
 import { parseRange } from './byte-range.js'
@@ -249,7 +250,7 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
     await readableMessage(messages, message, principalOf(req).address)
     const file = await messages.attachment(message, n)
     if (file === undefined) throw new NotFound('attachment', `${n} of message ${message}`)
-    const etag = `"${file.sha256}"`
+    const etag = attachmentEtag(file.sha256)
     reply
       .header('etag', etag)
       .header('accept-ranges', 'bytes')
@@ -284,23 +285,32 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   })
 }
 
-/** Chunks read per query on download: 1 MiB, one short query with the connection released between. */
-const CHUNKS_PER_READ = 4
+/** Hex digits of an ETag: 128 bits of the keyed tag, as unguessable as the whole and half as long. */
+const ETAG_HEX = 32
 
 /**
- * Bytes `start`..`end` of a stored file, read a few chunks per query as the client takes them
- * (Readable.from pulls on demand, so a slow reader holds neither memory nor a connection).
+ * A file's ETag: a keyed tag of its SHA-256, quoted. The plain hash was the ETag before; it
+ * confirmed a guess of a file's content to anyone who saw the header (a proxy's log, a cache),
+ * as a stored hash would the database's reader. Under the active key, so a rotation changes
+ * every ETag once (a cache fetches the file again, and nothing worse).
+ */
+function attachmentEtag (sha256: string): string {
+  return `"${keyring().tag(`etag:${sha256}`).slice(0, ETAG_HEX)}"`
+}
+
+/**
+ * Bytes `start`..`end` of a stored file, a chunk per query as the client takes them
+ * (Readable.from pulls on demand, so a slow reader holds neither memory nor a connection). Only
+ * the chunks the range touches are read and opened: a sealed chunk opens only whole, and the
+ * file's own sizes (CHUNK_BYTES each) place a byte, never the longer sealed rows.
  */
 async function * streamChunks (store: AttachmentChunksRepository, uploadId: string, start: number, end: number): AsyncGenerator<Buffer> {
   const last = Math.floor(end / CHUNK_BYTES)
-  for (let seq = Math.floor(start / CHUNK_BYTES); seq <= last; seq += CHUNKS_PER_READ) {
-    const to = Math.min(last, seq + CHUNKS_PER_READ - 1)
-    const chunks = await store.read(uploadId, seq, to)
+  for (let seq = Math.floor(start / CHUNK_BYTES); seq <= last; seq++) {
+    const chunk = await store.readChunk(uploadId, seq)
     // The message was deleted mid-download: end the response short rather than send garbage.
-    if (chunks.length !== to - seq + 1) throw new Error(`attachment ${uploadId} lost chunks ${seq}..${to} mid-download`)
-    for (const [i, chunk] of chunks.entries()) {
-      const offset = (seq + i) * CHUNK_BYTES
-      yield chunk.subarray(Math.max(0, start - offset), Math.min(chunk.length, end - offset + 1))
-    }
+    if (chunk === undefined) throw new Error(`attachment ${uploadId} lost chunk ${seq} mid-download`)
+    const offset = seq * CHUNK_BYTES
+    yield chunk.subarray(Math.max(0, start - offset), Math.min(chunk.length, end - offset + 1))
   }
 }

@@ -112,14 +112,14 @@ export const SendRefused = withHeaders(Type.Ref('Error'), QuotaHeaders)
 
 const Bytes = Type.Unsafe<Buffer | Readable>({ type: 'string', format: 'binary' })
 const FileHeaders = {
-  ETag: Type.String({ title: 'ETag', description: 'The SHA-256 of the file, quoted' }),
+  ETag: Type.String({ title: 'ETag', description: 'A keyed tag of the file\'s content, quoted: the same file has the same ETag, and it tells nothing about the content' }),
   'Content-Disposition': Type.String({ title: 'ContentDisposition', description: 'attachment, with the filename in an ASCII-safe and an RFC 5987 form' })
 }
 
 /** An attachment's bytes as uploaded, in their own type: not JSON. */
 export const AttachmentFile = {
   200: withHeaders(Type.Unsafe<Buffer | Readable>({
-    description: 'The file, with its uploaded Content-Type; ETag is its quoted SHA-256',
+    description: 'The file, with its uploaded Content-Type; ETag is a quoted keyed tag of its content',
     content: { 'application/octet-stream': { schema: Bytes } }
   }), FileHeaders),
   206: withHeaders(Type.Unsafe<Buffer | Readable>({

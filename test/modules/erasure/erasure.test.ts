@@ -44,9 +44,11 @@ t.test('DELETE /v2/admin/users/:user: 202 and its keys 401 at once; then nothing
   ok(await carol.put(`/v2/message/${inGroup.id}/reactions/%F0%9F%91%8D`), 204)
 
   const before = await tablesHolding(db, word)
-  for (const table of ['users', 'messages', 'attachments', 'attachment_chunks', 'events', 'metadata', 'roster_entries', 'webhooks', 'message_reactions', 'groups', 'idempotency_keys']) {
+  for (const table of ['users', 'messages', 'attachments', 'attachment_chunks', 'events', 'roster_entries', 'webhooks', 'message_reactions', 'groups', 'idempotency_keys']) {
     t.ok(before.includes(table), `before: the canary is in ${table}`)
   }
+  // Metadata is sealed at rest (API.md §11): no canary to find in it, so its rows are what is there.
+  t.equal(await rowsWhere(db, 'metadata', 'entity', 'eve'), 1, 'before: eve\'s own metadata is stored (sealed)')
 
   const answer = await admin.delete('/v2/admin/users/EVE')
   t.equal(answer.statusCode, 202, answer.body)
