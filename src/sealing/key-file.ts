@@ -4,7 +4,7 @@ import type { Config } from '../config.js'
 import { newSealingKey, parseSealingKeys, type SealingKey } from './keyring.js'
 
 /** The embedded database's own key, beside it in DATA_DIR: SEALING_KEYS' syntax, one line. */
-export const KEY_FILE_NAME = 'sealing.key'
+const KEY_FILE_NAME = 'sealing.key'
 
 export interface ResolvedKeys {
   keys: SealingKey[]
@@ -19,7 +19,7 @@ export class SealingKeysError extends Error {
   override name = 'SealingKeysError'
 }
 
-export const keysMissingOnPostgres = 'SEALING_KEYS is not set: on PostgreSQL the service needs a key to seal content at rest; ' +
+const keysMissingOnPostgres = 'SEALING_KEYS is not set: on PostgreSQL the service needs a key to seal content at rest; ' +
   'set SEALING_KEYS=k1:<64 hex digits> (make one with `openssl rand -hex 32`) and keep it apart from the database\'s backups (docs/security.md)'
 
 /**

@@ -37,7 +37,7 @@ export interface SealedTable {
 }
 
 /** Event types whose data is a copy of a message, sealed; every other type's data stays plain. */
-export const SEALED_EVENT_TYPES = ['message.received', 'message.edited'] as const
+const SEALED_EVENT_TYPES = ['message.received', 'message.edited'] as const
 
 const ROWS_PER_PAGE = 200
 /** Chunks are up to 256 KiB each: four a page keeps a page's transaction as short as a page of messages. */

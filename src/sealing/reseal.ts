@@ -28,7 +28,7 @@ const MIN_REST_MS = 5
 
 export type SealMode = 'plain' | 'rotate'
 
-export interface SealProgress {
+interface SealProgress {
   table: string
   /** Rows sealed so far, all tables. */
   done: number

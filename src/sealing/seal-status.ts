@@ -4,9 +4,9 @@ import { queryRows } from '../db/rows.js'
 import { SEALED_TABLES } from './reseal-tables.js'
 
 /** Idempotency records are kept this long (retention purges them after): see idempotencyKeysLeft. */
-export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
+const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000
 
-export interface TableStatus {
+interface TableStatus {
   table: string
   /** Rows written before sealing, still plain. */
   plain: number
@@ -18,7 +18,7 @@ export interface TableStatus {
  * Idempotency records by key: their request hash is a keyed tag that cannot be computed anew
  * without the request, so rotation leaves them to expire; `until` is when the last one does.
  */
-export interface IdempotencyStatus {
+interface IdempotencyStatus {
   plain: number
   byKey: Record<string, { records: number, until: string }>
 }
