@@ -18,10 +18,17 @@ import { isKeyId } from './modules/keys/keys.schemas.js'
 import { isScope, SCOPES } from './scopes.js'
 import { displayNameProblem } from './modules/users/display-name.js'
 import { createUsersRepository, erasedConflict, toAdminUser, toUser } from './modules/users/users.repository.js'
+import { verifySealingKeys } from './sealing/key-check.js'
+import { resolveSealingKeys, type ResolvedKeys } from './sealing/key-file.js'
+import { installKeyring, Keyring } from './sealing/keyring.js'
+import { progressBar } from './sealing/progress-bar.js'
+import { runSealingPass, type SealMode, type SealPassResult } from './sealing/reseal.js'
+import { rotateText, statusText } from './sealing/seal-report.js'
+import { sealStatus } from './sealing/seal-status.js'
 
 /** Each command: how it is called, what it does, and the options it takes besides --json/--help. */
 const COMMANDS: Record<string, { usage: string, does: string, options: string[] }> = {
-  migrate: { usage: 'migrate', does: 'apply pending database migrations', options: [] },
+  migrate: { usage: 'migrate', does: 'apply pending database migrations, then seal what was written before sealing', options: [] },
   serve: { usage: 'serve', does: 'start the service', options: [] },
   'user create': { usage: 'user create <address> [--name NAME]', does: 'create a user', options: ['name'] },
   'user list': { usage: 'user list', does: 'list users', options: [] },
@@ -45,6 +52,16 @@ const COMMANDS: Record<string, { usage: string, does: string, options: string[] 
   'key list': { usage: 'key list [<address>]', does: 'list keys (never secrets)', options: [] },
   'key revoke': { usage: 'key revoke <keyId>', does: 'revoke a key (refused everywhere within 5 s)', options: [] },
   'key quota': { usage: 'key quota <keyId> <N>', does: 'set a key\'s daily message quota', options: [] },
+  'seal status': {
+    usage: 'seal status',
+    does: 'count, per table, the records still plain and those under each sealing key id (flags ids SEALING_KEYS lacks)',
+    options: []
+  },
+  'seal rotate': {
+    usage: 'seal rotate',
+    does: 're-seal everything under the first key of SEALING_KEYS, online and resumably; then say which keys can be dropped',
+    options: []
+  },
   audit: {
     usage: 'audit [--limit N] [--actor X] [--action A] [--target T]',
     does: 'show the audit log, newest first (actor: a key id, an address, or cli)',
@@ -62,7 +79,8 @@ Options:
   --help      show this help (or a command's: parley <command> --help)
   --version   print the version
 
-Reads the same environment as the server: DATABASE_URL, or the embedded database in DATA_DIR.`
+Reads the same environment as the server: DATABASE_URL, or the embedded database in DATA_DIR;
+SEALING_KEYS (or DATA_DIR/sealing.key) for the commands that read content.`
 
 /** The package's version: package.json sits one level above both src/ and dist/. */
 function version (): string {
@@ -83,12 +101,15 @@ export interface CliIo {
    * already open, so that each command does not start the embedded database anew.
    */
   openDatabase?: (options: DatabaseOptions) => Promise<Database>
+  /** Whether stderr is a terminal: a progress bar redrawn in place, or plain lines. */
+  stderrIsTTY?: boolean
 }
 
 const processIo: CliIo = {
   env: process.env,
   stdout: (text) => { process.stdout.write(text) },
-  stderr: (text) => { process.stderr.write(text) }
+  stderr: (text) => { process.stderr.write(text) },
+  stderrIsTTY: process.stderr.isTTY
 }
 
 interface Output { json: boolean, io: CliIo }
@@ -137,6 +158,28 @@ async function withDatabase<T> (config: Config, io: CliIo, command: string, fn: 
     return await fn(database)
   } finally {
     await database.close()
+  }
+}
+
+/**
+ * The sealing keys of a command that reads or writes content (SEALING_KEYS, or the embedded
+ * database's key file, made on its first use), installed for the process; the line about a
+ * key file made just now goes to stderr.
+ */
+function installSealingKeys (config: Config, io: CliIo): ResolvedKeys {
+  const resolved = resolveSealingKeys(config)
+  installKeyring(new Keyring(resolved.keys))
+  if (resolved.generated !== undefined) io.stderr(`${resolved.generated}\n`)
+  return resolved
+}
+
+/** A sealing pass to its end, with a progress bar on stderr. */
+async function sealWithProgress (database: Database, mode: SealMode, io: CliIo): Promise<SealPassResult> {
+  const bar = progressBar((text) => io.stderr(text), io.stderrIsTTY === true)
+  try {
+    return await runSealingPass(database.db, { mode, onProgress: ({ table, done, total }) => bar.update(table, done, total) })
+  } finally {
+    bar.end()
   }
 }
 
@@ -273,12 +316,17 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       return serve(config)
 
     case 'migrate': {
-      const database = await openDatabase({ databaseUrl: config.databaseUrl, directUrl: config.databaseDirectUrl, pooler: config.databasePooler, dataDir: config.dataDir, command: 'migrate', poolSize: 2 })
+      const sealing = installSealingKeys(config, io)
+      const database = await (io.openDatabase ?? openDatabase)({ databaseUrl: config.databaseUrl, directUrl: config.databaseDirectUrl, pooler: config.databasePooler, dataDir: config.dataDir, command: 'migrate', poolSize: 2 })
       try {
         const applied = await migrateDatabase(database)
-        print(out, { applied }, applied.length === 0
+        await verifySealingKeys(database.db, sealing)
+        // A database from before sealing is sealed here, to the end, rather than by the next start in the background.
+        const { sealed } = await sealWithProgress(database, 'plain', io)
+        const migrated = applied.length === 0
           ? 'Nothing to apply: the database schema is up to date.'
-          : `Applied ${applied.length} migration(s):\n${applied.map((tag) => `  ${tag}`).join('\n')}`)
+          : `Applied ${applied.length} migration(s):\n${applied.map((tag) => `  ${tag}`).join('\n')}`
+        print(out, { applied, sealed }, sealed === 0 ? migrated : `${migrated}\nSealed ${sealed} record(s) written before sealing.`)
       } finally {
         await database.close()
       }
@@ -328,7 +376,9 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
       const address = parseAddress(rest[0])
       const output = values.output
       if (output === undefined) throw new UsageError(`parley user export needs --output FILE; usage: parley ${spec.usage}`)
+      const sealing = installSealingKeys(config, io)
       const bytes = await withDatabase(config, io, name, async (database) => {
+        await verifySealingKeys(database.db, sealing)
         if (await createUsersRepository(database.db).find(address) === undefined) throw new Error(`user ${address} not found`)
         return exportToFile(database, address, output)
       })
@@ -413,6 +463,30 @@ export async function run (argv: string[], io: CliIo = processIo): Promise<void>
         return key
       }))
       print(out, keyJson(key), `Key ${key.id} may now send ${quota} messages per UTC day.`)
+      return
+    }
+
+    case 'seal status': {
+      const sealing = installSealingKeys(config, io)
+      const ids = sealing.keys.map((k) => k.id)
+      const status = await withDatabase(config, io, name, async ({ db }) => {
+        await verifySealingKeys(db, sealing)
+        return sealStatus(db)
+      })
+      print(out, { active: ids[0], configured: ids, ...status }, statusText(status, ids, ids[0]!))
+      return
+    }
+
+    case 'seal rotate': {
+      const sealing = installSealingKeys(config, io)
+      const ids = sealing.keys.map((k) => k.id)
+      const { result, status } = await withDatabase(config, io, name, async (database) => {
+        await verifySealingKeys(database.db, sealing)
+        const result = await sealWithProgress(database, 'rotate', io)
+        return { result, status: await sealStatus(database.db) }
+      })
+      print(out, { active: ids[0], sealed: result.sealed, resealed: result.tables, broken: result.broken, skipped: result.skipped, status },
+        rotateText(result, status, ids, ids[0]!))
       return
     }
 

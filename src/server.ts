@@ -9,6 +9,9 @@ import { migrateDatabase } from './db/migrate.js'
 import { METRICS_CONTENT_TYPE } from './modules/health/health.routes.js'
 import { demoBanner, seedDemoKey } from './modules/keys/demo.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
+import { startSealingPass } from './sealing/background-seal.js'
+import { verifySealingKeys } from './sealing/key-check.js'
+import { resolveSealingKeys } from './sealing/key-file.js'
 
 export interface RunningService {
   app: FastifyInstance
@@ -63,10 +66,14 @@ async function listenForMetrics (app: FastifyInstance, host: string, port: numbe
 }
 
 /**
- * Opens the database, applies pending migrations (under the same advisory lock as
- * `parley migrate`), makes sure the bot user exists, and listens.
+ * Resolves the sealing keys (refusing on PostgreSQL without SEALING_KEYS, before connecting),
+ * opens the database, applies pending migrations (under the same advisory lock as `parley
+ * migrate`), checks the keys against the database, makes sure the bot user exists, and
+ * listens; then seals, in the background, what was written before sealing.
  */
-export async function startService (config: Config, options: StartOptions = {}): Promise<RunningService> {
+export async function startService (given: Config, options: StartOptions = {}): Promise<RunningService> {
+  const sealing = resolveSealingKeys(given)
+  const config: Config = { ...given, sealingKeys: sealing.keys }
   const database = await openDatabase({
     databaseUrl: config.databaseUrl,
     directUrl: config.databaseDirectUrl,
@@ -79,6 +86,7 @@ export async function startService (config: Config, options: StartOptions = {}):
   let app: FastifyInstance | undefined
   try {
     const applied = await migrateDatabase(database)
+    await verifySealingKeys(database.db, sealing)
     await createUsersRepository(database.db).ensureBot(config.testBotAddress)
     app = await buildApp({ config, database, logStream: options.logStream })
     app.addHook('onClose', async () => { await database.close() })
@@ -89,6 +97,10 @@ export async function startService (config: Config, options: StartOptions = {}):
         'DATABASE_DIRECT_URL (a connection past the pooler), or LISTEN and migrations go through the pooler too')
     })
     if (applied.length > 0) app.log.info({ migrations: applied }, 'applied migrations')
+    if (sealing.generated !== undefined) app.log.warn({ keyFile: sealing.source }, sealing.generated)
+    // Started once listening (below); stopped before the database closes (onClose), after its current page.
+    let stopSealing = async (): Promise<void> => {}
+    app.addHook('preClose', async () => { await stopSealing() })
     // Said once at start: `auto` decides by comparing the two URLs as text, and a pooler mode
     // nobody meant costs the send its named statements (BENCHMARKS.md).
     if (database.driver === 'pg') {
@@ -109,6 +121,7 @@ export async function startService (config: Config, options: StartOptions = {}):
     const url = publicBase(config.host, port)
 
     if (demo !== undefined) (options.print ?? console.log)(demoBanner(demo, url, config.testBotAddress))
+    stopSealing = startSealingPass(database.db, app.log)
     const running = app
     return { app: running, database, url, metricsUrl, close: () => running.close() }
   } catch (err) {

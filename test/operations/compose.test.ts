@@ -10,6 +10,7 @@ import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
 import { longPollsWaiting } from '../support/metrics.js'
 import { childDatabaseEnv, runCli, runCliInProcess, spawnDaemon, startServer, tempDir } from '../support/processes.js'
 import { freePort } from '../support/ports.js'
+import { TEST_SEALING_KEYS } from '../support/sealing.js'
 import { until } from '../support/until.js'
 
 const run = promisify(execFile)
@@ -99,7 +100,7 @@ interface Service {
  */
 async function composeConfig (profiles: string[], env: Record<string, string> = {}): Promise<Record<string, Service>> {
   const [command, ...args] = composeTool!
-  const options = { env: { PATH: process.env.PATH, HOME: process.env.HOME, POSTGRES_PASSWORD: 'secret', ...env }, maxBuffer: 4 * 1024 * 1024 }
+  const options = { env: { PATH: process.env.PATH, HOME: process.env.HOME, POSTGRES_PASSWORD: 'secret', SEALING_KEYS: TEST_SEALING_KEYS, ...env }, maxBuffer: 4 * 1024 * 1024 }
   const flags = profiles.flatMap((profile) => ['--profile', profile])
   if (command === 'docker') {
     const { stdout } = await run(command, [...args, ...flags, 'config', '--format', 'json'], options)
@@ -132,13 +133,15 @@ function published (service: Service | undefined): Port[] {
 
 const needsCompose = { skip: composeTool === undefined ? 'no docker compose here (.ci/run installs Debian\'s docker-compose)' : false }
 
-t.test('docker compose config accepts the file with POSTGRES_PASSWORD and refuses it without', needsCompose, async (t) => {
+t.test('docker compose config accepts the file with POSTGRES_PASSWORD and SEALING_KEYS, and refuses it without either', needsCompose, async (t) => {
   const [command, ...args] = composeTool!
   const env = { PATH: process.env.PATH, HOME: process.env.HOME }
-  await t.rejects(run(command!, [...args, 'config'], { env }), /POSTGRES_PASSWORD/)
+  await t.rejects(run(command!, [...args, 'config'], { env: { ...env, SEALING_KEYS: TEST_SEALING_KEYS } }), /POSTGRES_PASSWORD/)
+  await t.rejects(run(command!, [...args, 'config'], { env: { ...env, POSTGRES_PASSWORD: 'secret' } }), /SEALING_KEYS/)
   const services = await composeConfig([])
   t.same(Object.keys(services).sort(), ['app', 'balancer', 'migrate', 'postgres'])
   t.same(services.app!.environment!.DATABASE_URL, 'postgres://parley:secret@postgres:5432/parley')
+  t.same(services.migrate!.environment!.SEALING_KEYS, TEST_SEALING_KEYS, 'migrate seals what was written before sealing: it needs the keys too')
 })
 
 t.test('the default stack publishes one port, on loopback, through the balancer', needsCompose, async (t) => {
@@ -220,7 +223,9 @@ async function composeAppEnv (): Promise<Record<string, string>> {
     if (/^ {2}#/.test(line)) continue
     const match = /^ {2}([A-Z_]+): (.*)$/.exec(line)
     if (match === null) break
-    env[match[1]!] = match[2]!.startsWith('*') ? 'postgres://parley:secret@postgres:5432/parley' : match[2]!.replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1')
+    env[match[1]!] = match[2]!.startsWith('*')
+      ? 'postgres://parley:secret@postgres:5432/parley'
+      : match[2]!.replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1').replace(/^\$\{SEALING_KEYS:\?[^}]*\}$/, TEST_SEALING_KEYS)
   }
   return env
 }

@@ -9,7 +9,7 @@ import { TEST_SEALING_KEYS } from './sealing.js'
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'parley.js')
 
 /** The environment of a child `parley`: ours, minus database settings, plus the test's own. */
-function childEnv (env: Record<string, string | undefined>): NodeJS.ProcessEnv {
+export function childEnv (env: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Every child seals with the tests' key unless a test gives its own (or unsets it).
   const base: NodeJS.ProcessEnv = { SEALING_KEYS: TEST_SEALING_KEYS, ...process.env }
   for (const name of ['DATABASE_URL', 'DATA_DIR', 'PORT', 'HOST', 'REDIS_URL', 'LOG_LEVEL']) delete base[name]

@@ -1,0 +1,29 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Db } from '../db/client.js'
+import { loggableError } from '../db/errors.js'
+import { runSealingPass } from './reseal.js'
+
+/**
+ * The plain pass at every start (API.md §11: an existing plaintext database is sealed online):
+ * in the background, so the service answers meanwhile; one line at the end when it did
+ * anything. The function returned stops it after its current page and resolves when it has.
+ */
+export function startSealingPass (db: Db, log: FastifyBaseLogger): () => Promise<void> {
+  const stopping = new AbortController()
+  const started = performance.now()
+  const running = runSealingPass(db, { mode: 'plain', signal: stopping.signal }).then((result) => {
+    if (result.broken.length > 0) {
+      log.error({ records: result.broken.slice(0, 20), count: result.broken.length }, 'sealing: records that do not open under their own key were left as they are')
+    }
+    if (result.sealed > 0 || result.stopped) {
+      log.info({ sealed: result.tables, ms: Math.round(performance.now() - started), stopped: result.stopped },
+        result.stopped ? 'sealing of plaintext records stopped by shutdown; the next start goes on' : 'sealed the records written before sealing')
+    }
+  }, (err: unknown) => {
+    log.error({ err: loggableError(err) }, 'sealing of plaintext records failed; the next start tries again (or run `parley migrate`)')
+  })
+  return async () => {
+    stopping.abort()
+    await running
+  }
+}
