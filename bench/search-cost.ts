@@ -9,7 +9,7 @@
 import pg from 'pg'
 import { connectPostgres } from '../src/db/client.js'
 import { messageSearchQuery } from '../src/modules/search/message-search.js'
-import { queryTerms } from '../src/modules/search/search-terms.js'
+import { queryTerms } from '../src/sealing/search-terms.js'
 import type { Key } from './fixtures.js'
 
 interface SearchCostRow { who: string, readable: number, plan: string, p50: number, p99: number }

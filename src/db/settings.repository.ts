@@ -29,6 +29,12 @@ export function createSettingsRepository (db: Db) {
       return claimed.length > 0
     },
 
+    /** Whether `key` was ever recorded. */
+    async has (key: string): Promise<boolean> {
+      const [row] = await queryRows<{ key: string }>(db, sql`SELECT key FROM instance_settings WHERE key = ${key}`)
+      return row !== undefined
+    },
+
     /** Takes a transaction-scoped advisory lock if no one holds it: whether it was taken. */
     async tryLock (lockKey: number): Promise<boolean> {
       const [lock] = await queryRows<{ locked: boolean }>(db, sql`SELECT pg_try_advisory_xact_lock(${lockKey}) AS locked`)

@@ -1,7 +1,8 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { queryRows } from '../db/rows.js'
-import { bodySearchHashes } from '../modules/search/search-terms.js'
+import { bodySearchHashes } from './search-terms.js'
+import { SEALED_EVENT_TYPES } from '../modules/events/events.repository.js'
 import { keyring, SealBroken } from './keyring.js'
 import { openJson, openText, record, sealJson, sealText } from './records.js'
 
@@ -37,7 +38,6 @@ export interface SealedTable {
 }
 
 /** Event types whose data is a copy of a message, sealed; every other type's data stays plain. */
-const SEALED_EVENT_TYPES = ['message.received', 'message.edited'] as const
 
 const ROWS_PER_PAGE = 200
 /** Chunks are up to 256 KiB each: four a page keeps a page's transaction as short as a page of messages. */

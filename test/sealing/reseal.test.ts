@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { queryRows } from '../../src/db/rows.js'
-import { bodySearchHashes } from '../../src/modules/search/search-terms.js'
+import { bodySearchHashes } from '../../src/sealing/search-terms.js'
 import { checkSealingKeys, WrongSealingKey } from '../../src/sealing/key-check.js'
 import { installKeyring, Keyring, parseSealingKeys } from '../../src/sealing/keyring.js'
 import { record } from '../../src/sealing/records.js'

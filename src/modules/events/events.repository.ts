@@ -34,11 +34,12 @@ export function eventDataJson<T extends EventType> (_type: T, data: EventData<T>
  * (API.md §11), a JSON string in the jsonb column under the key `sealed_by` names. The others
  * hold who, what and when, which the database sees anyway, and stay plain JSON that SQL reads.
  */
-const SEALED_EVENT_TYPES: ReadonlySet<string> = new Set<EventType>(['message.received', 'message.edited'])
+export const SEALED_EVENT_TYPES = ['message.received', 'message.edited'] as const satisfies readonly EventType[]
+const SEALED: ReadonlySet<string> = new Set(SEALED_EVENT_TYPES)
 
 /** An event's data as the row keeps it: sealed for a type that carries a message, else as it is. */
 function storedData (type: EventType, data: unknown, messageId: string | undefined): { data: unknown, sealedBy: string | null } {
-  if (!SEALED_EVENT_TYPES.has(type)) return { data, sealedBy: null }
+  if (!SEALED.has(type)) return { data, sealedBy: null }
   if (messageId === undefined) throw new Error(`a ${type} event needs its message id: it is sealed bound to it`)
   const { sealed, sealedBy } = sealJson(data, record.eventData(type, messageId))
   return { data: sealed, sealedBy }

@@ -1,5 +1,5 @@
 import { record, openText, sealText } from '../../sealing/records.js'
-import { bodySearchHashes } from '../search/search-terms.js'
+import { bodySearchHashes } from '../../sealing/search-terms.js'
 
 /**
  * A body as the messages table keeps it (API.md §11): sealed under the active key, and the

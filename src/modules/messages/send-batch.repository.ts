@@ -4,7 +4,7 @@ import type { UploadedFile } from './uploaded-file.js'
 import { queryPrepared, queryShaped } from '../../db/rows.js'
 import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds, type EventDataJson } from '../events/events.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
-import { IDEMPOTENCY_WINDOW_MS } from './idempotency.repository.js'
+import { IDEMPOTENCY_WINDOW_MS, type RequestTag } from './idempotency.repository.js'
 import { keyring } from '../../sealing/keyring.js'
 import { record } from '../../sealing/records.js'
 import { storedBody } from './message-body.js'
@@ -29,7 +29,8 @@ export interface BatchSend {
   /** Its attachments, numbered from 1 in this order. */
   files: UploadedFile[]
   idempotencyKey?: string | undefined
-  requestHash?: string | undefined
+  /** With an Idempotency-Key: the request's canonical text, and its keyed tag for the record (idempotency.repository.ts requestTag). */
+  request?: (RequestTag & { text: string }) | undefined
   /** Whether this send holds its Idempotency-Key's advisory lock (the idempotency repository's tryLocks). */
   lockHeld?: boolean
 }
@@ -44,6 +45,8 @@ export interface BatchOutcome {
   /** A live record of this Idempotency-Key (held sends only): the message it made, and its request's hash. */
   earlierMessageId: string | null
   earlierHash: string | null
+  /** The key that record's hash is tagged under (null: a plain SHA-256 from before sealing). */
+  earlierSealedBy: string | null
   /** Sends of this key in the batch that asked for quota together (0 when this one did not ask). */
   keySends: number
   /** The key's count after this send, when it was counted; null when refused or not asked. */
@@ -68,6 +71,7 @@ interface OutcomeRow {
   member: boolean
   earlier_id: string | null
   earlier_hash: string | null
+  earlier_sealed_by: string | null
   key_sends: number | null
   used: number | null
   written: boolean
@@ -119,7 +123,8 @@ const SEND_COLUMNS = {
   replyTo: ({ send: s }: SealedSend) => s.replyTo,
   data: ({ event }: SealedSend) => event,
   idemKey: ({ send: s }: SealedSend) => s.idempotencyKey ?? null,
-  idemHash: ({ send: s }: SealedSend) => s.requestHash ?? null,
+  idemHash: ({ send: s }: SealedSend) => s.request?.hash ?? null,
+  idemSealedBy: ({ send: s }: SealedSend) => s.request?.sealedBy ?? null,
   held: ({ send: s }: SealedSend) => s.lockHeld === true,
   toGroup: ({ send: s }: SealedSend) => s.toGroup
 }
@@ -215,6 +220,7 @@ export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWai
     member: r.member,
     earlierMessageId: r.earlier_id,
     earlierHash: r.earlier_hash,
+    earlierSealedBy: r.earlier_sealed_by,
     keySends: r.key_sends ?? 0,
     used: r.used,
     written: r.written,
@@ -254,8 +260,8 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
       SELECT * FROM unnest(${p('keyId')}::text[], ${p('lim')}::int[], ${p('sender')}::text[],
         ${p('recipient')}::text[], ${p('id')}::text[], ${p('body')}::text[], ${p('hashes')}::text[], ${p('replyTo')}::text[],
         ${p('data')}::text[], ${p('idemKey')}::text[],
-        ${p('idemHash')}::text[], ${p('held')}::boolean[], ${p('toGroup')}::boolean[])
-        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, hashes, reply_to, data, idem_key, idem_hash, held, to_group, ord)${lockWaitMs === undefined
+        ${p('idemHash')}::text[], ${p('idemSealedBy')}::text[], ${p('held')}::boolean[], ${p('toGroup')}::boolean[])
+        WITH ORDINALITY AS i(key_id, lim, sender, recipient, id, body, hashes, reply_to, data, idem_key, idem_hash, idem_sealed_by, held, to_group, ord)${lockWaitMs === undefined
       ? sql``
       : sql`
       -- lock_timeout for the rest of this statement's transaction (its own, alone, or the
@@ -280,14 +286,14 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
     )`
       : sql`grouped AS (SELECT NULL::bigint AS ord, false AS member WHERE false)`}, ${keyed
       ? sql`earlier AS (
-      SELECT input.ord, k.message_id, k.request_hash FROM input
-        CROSS JOIN LATERAL (SELECT message_id, request_hash FROM idempotency_keys
+      SELECT input.ord, k.message_id, k.request_hash, k.sealed_by FROM input
+        CROSS JOIN LATERAL (SELECT message_id, request_hash, sealed_by FROM idempotency_keys
           -- The window by the database's clock, as purge counts it: never an instance's.
           WHERE key_id = input.key_id AND idempotency_key = input.idem_key
             AND created_at > now() - make_interval(secs => ${sql.raw(String(IDEMPOTENCY_WINDOW_MS / 1000))}) LIMIT 1) AS k
       WHERE input.held
     )`
-      : sql`earlier AS (SELECT NULL::bigint AS ord, NULL::text AS message_id, NULL::text AS request_hash WHERE false)`}, eligible AS (
+      : sql`earlier AS (SELECT NULL::bigint AS ord, NULL::text AS message_id, NULL::text AS request_hash, NULL::text AS sealed_by WHERE false)`}, eligible AS (
       SELECT input.* FROM input
       WHERE (EXISTS (SELECT 1 FROM target WHERE target.ord = input.ord AND NOT target.deactivated)
           OR EXISTS (SELECT 1 FROM grouped WHERE grouped.ord = input.ord AND grouped.member))
@@ -358,9 +364,10 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
       FROM delivering d, clock
     )${keyed
       ? sql`, remembered AS (
-      INSERT INTO idempotency_keys AS r (key_id, idempotency_key, request_hash, message_id)
-      SELECT sent.key_id, sent.idem_key, sent.idem_hash, sent.id FROM sent WHERE sent.idem_key IS NOT NULL
-      ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, message_id = excluded.message_id, created_at = now()
+      INSERT INTO idempotency_keys AS r (key_id, idempotency_key, request_hash, sealed_by, message_id)
+      SELECT sent.key_id, sent.idem_key, sent.idem_hash, sent.idem_sealed_by, sent.id FROM sent WHERE sent.idem_key IS NOT NULL
+      ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, sealed_by = excluded.sealed_by,
+        message_id = excluded.message_id, created_at = now()
     )`
       : sql``}${withFiles}, notified AS (
       SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address))
@@ -369,7 +376,7 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
     )
     SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
       coalesce(grouped.member, false) AS member,
-      earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, wanted.n AS key_sends, granted.used::int AS used,
+      earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, earlier.sealed_by AS earlier_sealed_by, wanted.n AS key_sends, granted.used::int AS used,
       written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at,
       extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at, (SELECT count(*) FROM notified) AS notifies,
       fanned.n AS fan_out

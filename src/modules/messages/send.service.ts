@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto'
 import type { Db } from '../../db/client.js'
 import { Forbidden, NotFound, ValidationFailed } from '../../errors.js'
 import { isAddress, isGroupId, newId, normalizeAddress } from '../../ids.js'
@@ -7,7 +6,7 @@ import type { UploadedFile } from './uploaded-file.js'
 import type { Principal } from '../keys/authenticator.js'
 import { createQuotaRepository, type QuotaState } from '../quota/quota.repository.js'
 import { readableMessage } from './access.service.js'
-import { createIdempotencyRepository } from './idempotency.repository.js'
+import { createIdempotencyRepository, requestTag, sameRequest } from './idempotency.repository.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
 import type { BatchOutcome, BatchSend } from './send-batch.repository.js'
@@ -60,7 +59,8 @@ interface SendOf {
   /** The API key it counts against, with that key's daily quota; null counts it for no one (the test bot's replies). */
   countsAgainst: { keyId: string, dailyQuota: number } | null
   idempotencyKey?: string | undefined
-  requestHash?: string | undefined
+  /** With an Idempotency-Key: the request's canonical text (requestText), which its record keeps tagged. */
+  request?: string | undefined
 }
 
 /** What writes `message`: one send of a batch (writeBatch), for a request and for the test bot alike. */
@@ -77,7 +77,7 @@ export function batchSendOf (message: Message, how: SendOf): BatchSend {
     eventData: eventDataJson('message.received', { message }),
     files: how.files,
     idempotencyKey: how.idempotencyKey,
-    requestHash: how.requestHash
+    request: how.request === undefined ? undefined : { text: how.request, ...requestTag(how.request) }
   }
 }
 
@@ -98,14 +98,14 @@ export interface SendResult {
   replayed: boolean
 }
 
-/** SHA-256 over what makes two sends the same send; files by their own hashes. */
-function requestHash (input: SendInput): string {
-  return createHash('sha256').update(JSON.stringify({
+/** What makes two sends the same send, as text (files by their own hashes): its record keeps a keyed tag of it. */
+function requestText (input: SendInput): string {
+  return JSON.stringify({
     recipient: normalizeAddress(input.recipient),
     body: input.body,
     replyTo: input.replyTo ?? null,
     files: input.files.map((f) => [f.filename, f.contentType, f.sha256])
-  })).digest('hex')
+  })
 }
 
 /** The quota headers' state for a key, given its count, on a day ending at `resetAt` (epoch seconds, the database's clock). */
@@ -213,7 +213,7 @@ export function createSendService (db: Db, options: SendServiceOptions) {
       ? undefined
       : await createIdempotencyRepository(db).find({ keyId: send.keyId, idempotencyKey: key })
     if (record === undefined) throw new IdempotencyInProgress(key)
-    if (record.requestHash !== send.requestHash) throw new IdempotencyMismatch(key)
+    if (!sameRequest(record, send.request!.text)) throw new IdempotencyMismatch(key)
     return replay(db, input.principal, record.messageId)
   }
 
@@ -226,7 +226,7 @@ export function createSendService (db: Db, options: SendServiceOptions) {
       return
     }
     if (o.earlierMessageId !== null) {
-      if (o.earlierHash !== send.requestHash) return p.reject(new IdempotencyMismatch(send.idempotencyKey!))
+      if (!sameRequest({ requestHash: o.earlierHash!, sealedBy: o.earlierSealedBy }, send.request!.text)) return p.reject(new IdempotencyMismatch(send.idempotencyKey!))
       replay(db, input.principal, o.earlierMessageId).then(p.resolve, p.reject)
       return
     }
@@ -256,7 +256,7 @@ export function createSendService (db: Db, options: SendServiceOptions) {
         toGroup,
         countsAgainst: principal,
         idempotencyKey,
-        requestHash: idempotencyKey === undefined ? undefined : requestHash(input)
+        request: idempotencyKey === undefined ? undefined : requestText(input)
       })
       if (writer.retrying(send)) throw new IdempotencyInProgress(idempotencyKey!)
       const lane = await lanes.of(send)

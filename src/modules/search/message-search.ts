@@ -4,7 +4,7 @@ import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { opened } from '../messages/messages.repository.js'
 import { deliveries, messageColumns, messages, type MessageRow } from '../messages/messages.table.js'
-import { querySearchHashes } from './search-terms.js'
+import { querySearchHashes } from '../../sealing/search-terms.js'
 
 export type Conversation =
   | { kind: 'user', address: string }

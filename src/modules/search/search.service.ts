@@ -11,7 +11,7 @@ import { withRetention } from '../groups/groups.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
 import { createUsersRepository, toUser } from '../users/users.repository.js'
 import { searchMessages, type Conversation } from './message-search.js'
-import { queryTerms } from './search-terms.js'
+import { queryTerms } from '../../sealing/search-terms.js'
 import { SEARCH_TYPES, type SearchResult, type SearchType } from './search.schemas.js'
 
 export interface SearchInput {

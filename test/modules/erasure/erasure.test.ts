@@ -44,11 +44,14 @@ t.test('DELETE /v2/admin/users/:user: 202 and its keys 401 at once; then nothing
   ok(await carol.put(`/v2/message/${inGroup.id}/reactions/%F0%9F%91%8D`), 204)
 
   const before = await tablesHolding(db, word)
-  for (const table of ['users', 'messages', 'attachments', 'attachment_chunks', 'events', 'roster_entries', 'webhooks', 'message_reactions', 'groups', 'idempotency_keys']) {
+  for (const table of ['users', 'events', 'roster_entries', 'webhooks', 'message_reactions', 'groups', 'idempotency_keys']) {
     t.ok(before.includes(table), `before: the canary is in ${table}`)
   }
-  // Metadata is sealed at rest (API.md §11): no canary to find in it, so its rows are what is there.
+  // Bodies, files and metadata are sealed at rest (API.md §11): no canary to find in them, so their rows are what is there.
   t.equal(await rowsWhere(db, 'metadata', 'entity', 'eve'), 1, 'before: eve\'s own metadata is stored (sealed)')
+  t.ok(await rowsWhere(db, 'messages', 'sender', 'eve') >= 3, 'before: eve\'s messages are stored (sealed)')
+  t.equal(await rowsWhere(db, 'attachments', 'message_id', withAttachment.id), 1, 'before: its file is stored (sealed)')
+  t.ok(await rowsWhere(db, 'attachment_chunks', 'message_id', withAttachment.id) >= 1, 'before: its file\'s bytes are stored (sealed)')
 
   const answer = await admin.delete('/v2/admin/users/EVE')
   t.equal(answer.statusCode, 202, answer.body)
@@ -64,6 +67,7 @@ t.test('DELETE /v2/admin/users/:user: 202 and its keys 401 at once; then nothing
     ['webhooks', 'address'], ['roster_entries', 'owner'], ['group_members', 'address'], ['message_reactions', 'address'], ['metadata', 'entity']] as const) {
     t.equal(await rowsWhere(db, table, column, 'eve'), 0, `no ${table} row of eve`)
   }
+  for (const table of ['attachments', 'attachment_chunks']) t.equal(await rowsWhere(db, table, 'message_id', withAttachment.id), 0, `no ${table} row of its file`)
 
   // Through the API: none of its content.
   for (const reader of [alice, bob, carol]) {

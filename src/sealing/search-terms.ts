@@ -1,4 +1,4 @@
-import { keyring } from '../../sealing/keyring.js'
+import { keyring } from './keyring.js'
 
 /**
  * What POST /search matches, as terms to hash (API.md §11: the table holds keyed hashes of
