@@ -92,11 +92,15 @@ export interface Service {
   stop(): Promise<void>
 }
 
+/** The sealing key of the benches' servers: a fixed one, as their databases are thrown away. */
+export const BENCH_SEALING_KEYS = `bench:${'b3'.repeat(32)}`
+
 /** Starts `parley serve` from this checkout on the bench database and waits until it is ready (`nodeArgs`: --cpu-prof, say). */
 export async function startService (databaseUrl: string, env: Record<string, string>, nodeArgs: string[] = []): Promise<Service> {
   const port = await freePort()
   const child = spawn(process.execPath, [...nodeArgs, join(ROOT, 'bin', 'parley.js'), 'serve'], {
-    env: { ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), ...env },
+    // A bench key unless the caller's environment gives one: the service refuses PostgreSQL without (API.md §11).
+    env: { SEALING_KEYS: BENCH_SEALING_KEYS, ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), ...env },
     stdio: ['ignore', 'ignore', 'inherit']
   })
   const url = `http://127.0.0.1:${port}`

@@ -9,7 +9,8 @@
  * statements a transaction pooler needs: DATABASE_POOLER=transaction), or `pgbouncer` (through a
  * PgBouncer in transaction mode the bench starts, one server connection per service connection;
  * LISTEN and migrations direct). BENCH_ONLY: a comma-separated list of `sends` (scenarios 1-3)
- * and `wake` (4 and 10): only those, without pgbench, into bench/results/<date>-<list>-<pooler>.json.
+ * and `wake` (4 and 10): only those, without pgbench, into bench/results/<date>-<list>-<pooler>.json;
+ * or `search` alone: scenario 9 alone, printed.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
@@ -36,7 +37,7 @@ const POLLS_PER_KEY = 10
 const POOLER = process.env.BENCH_POOLER ?? 'none'
 const ONLY = process.env.BENCH_ONLY === undefined ? undefined : new Set(process.env.BENCH_ONLY.split(','))
 if (!['none', 'unnamed', 'pgbouncer'].includes(POOLER)) throw new Error('BENCH_POOLER must be none, unnamed or pgbouncer')
-if (ONLY !== undefined && (ONLY.size === 0 || [...ONLY].some((part) => part !== 'sends' && part !== 'wake'))) throw new Error('BENCH_ONLY must list sends, wake or both (or be unset)')
+if (ONLY !== undefined && (ONLY.size === 0 || [...ONLY].some((part) => part !== 'sends' && part !== 'wake' && part !== 'search'))) throw new Error('BENCH_ONLY must list sends, wake or search (or be unset)')
 /** The service's pool (its default), and PgBouncer's server connections for it. */
 const POOL_SIZE = 10
 
@@ -86,7 +87,7 @@ async function main (): Promise<void> {
   let bouncer: Pgbouncer | undefined
   try {
     process.stdout.write('setting up users, keys and groups… ')
-    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: ONLY === undefined || ONLY.has('wake') ? POLLERS : 0, idlers: ONLY === undefined ? IDLE_POLLS / POLLS_PER_KEY : 0 })
+    const f = await createFixtures(database.url, { pairs: PAIRS, groups: PAIRS, pollers: ONLY === undefined || ONLY.has('wake') || ONLY.has('search') ? POLLERS : 0, idlers: ONLY === undefined ? IDLE_POLLS / POLLS_PER_KEY : 0 })
     console.log('done')
     if (POOLER === 'pgbouncer') bouncer = await startPgbouncer(database.url, { poolSize: POOL_SIZE })
     const pooled: Record<string, string> = bouncer === undefined ? {} : { DATABASE_DIRECT_URL: database.url }
@@ -103,6 +104,13 @@ async function main (): Promise<void> {
     console.log(`the service on ${bouncer === undefined ? 'PostgreSQL directly' : 'PgBouncer (transaction mode)'}, ${POOLER === 'none' ? 'named' : 'unnamed'} statements`)
     const url = service.url
     const rows: HttpRow[] = []
+    if (ONLY?.has('search') === true && ONLY.size === 1) {
+      // Scenario 9 alone (its table, and the time it takes to seal it in BENCHMARKS.md).
+      console.log('scenario 9: search "a" on 300,000 messages, by a reader of 3 and by their writer')
+      const searching = await searchCost(url, database.url, f.senders[2]!, f.pollers[POLLERS - 1]!)
+      console.log(JSON.stringify(searching, null, 2))
+      return
+    }
     if (ONLY !== undefined) {
       // First, as in the whole run: the LISTEN count reads the connection's last statement, the
       // heartbeat's SELECT 1 once LISTEN_HEARTBEAT_MS has passed since the start.
