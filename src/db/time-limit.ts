@@ -21,6 +21,9 @@ export async function withinTimeLimit<T> (db: Db, ms: number, work: (tx: Db) => 
       // SET takes no parameters; ms is an integer from our own code.
       await tx.execute(sql`SET TRANSACTION READ ONLY`)
       await tx.execute(sql.raw(`SET LOCAL statement_timeout = ${Math.trunc(ms)}`))
+      // No JIT for these reads: a search over many rows is costed past jit_above_cost, and
+      // compiling it took 105 of its 285 ms (BENCHMARKS.md, search on 300,000 messages).
+      await tx.execute(sql`SET LOCAL jit = off`)
       return work(tx)
     })
   } catch (err) {

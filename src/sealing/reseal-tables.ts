@@ -90,7 +90,7 @@ const messagesTable: SealedTable = {
     const written = ids.length === 0
       ? []
       : await queryRows<{ id: string }>(tx, sql`
-      UPDATE messages AS m SET body = u.body, sealed_by = ${keyring().active}, search_hashes = u.hashes::bigint[]
+      UPDATE messages AS m SET body = u.body, sealed_by = ${keyring().active}, search_hashes = u.hashes::int[]
       FROM unnest(${sql.param(ids)}::text[], ${sql.param(seen)}::text[], ${sql.param(bodies)}::text[], ${sql.param(hashes)}::text[]) AS u(id, seen, body, hashes)
       WHERE m.id = u.id AND m.xmin::text = u.seen
       RETURNING m.id`)

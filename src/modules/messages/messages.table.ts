@@ -5,7 +5,7 @@ import { users } from '../users/users.table.js'
 
 const bytea = customType<{ data: Buffer }>({ dataType: () => 'bytea' })
 // Kept as PostgreSQL's array text ('{1,-2}'): written from Node, read by no one but the index.
-const hashArray = customType<{ data: string }>({ dataType: () => 'bigint[]' })
+const hashArray = customType<{ data: string }>({ dataType: () => 'integer[]' })
 
 export const messages = pgTable('messages', {
   id: text('id').primaryKey(),
@@ -22,10 +22,11 @@ export const messages = pgTable('messages', {
   // Sealed at rest (src/sealing): the body is base64 of its ciphertext under the key named by
   // sealed_by (NULL: written before sealing, plain until the sealing pass reaches it).
   sealedBy: text('sealed_by'),
-  // Search without the words (POST /search, API.md §11): keyed 64-bit hashes of each word of the
-  // body and of its prefixes from 2 characters (src/modules/search/search-terms.ts), under the
-  // search key of sealed_by's key. The table holds no word, only hashes of them.
-  searchHashes: hashArray('search_hashes').notNull().default(sql`'{}'::bigint[]`)
+  // Search without the words (POST /search, API.md §11): keyed 32-bit hashes of each word of the
+  // body and of its prefixes from 2 characters (src/sealing/search-terms.ts), under the search
+  // key of sealed_by's key. The table holds no word, only hashes of them; the index finds
+  // candidates and the search keeps those whose opened body holds the words.
+  searchHashes: hashArray('search_hashes').notNull().default(sql`'{}'::integer[]`)
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
   index('messages_recipient_created_idx').on(t.recipient, t.createdAt),

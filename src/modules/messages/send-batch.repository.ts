@@ -354,7 +354,7 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
       FROM input LEFT JOIN sent ON sent.ord = input.ord
     ), written AS (
       INSERT INTO messages (id, sender, recipient, body, search_hashes, sealed_by, reply_to, created_at)
-      SELECT sent.id, sent.sender, sent.recipient, sent.body, sent.hashes::bigint[], ${p('sealedBy')}::text, sent.reply_to, clock.at FROM sent, clock
+      SELECT sent.id, sent.sender, sent.recipient, sent.body, sent.hashes::int[], ${p('sealedBy')}::text, sent.reply_to, clock.at FROM sent, clock
       RETURNING id
     ), delivered AS (
       INSERT INTO deliveries (message_id, recipient) SELECT (SELECT ids FROM by_ord)[d.ord], d.address FROM delivering d

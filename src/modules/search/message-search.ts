@@ -4,7 +4,7 @@ import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { opened } from '../messages/messages.repository.js'
 import { deliveries, messageColumns, messages, type MessageRow } from '../messages/messages.table.js'
-import { querySearchHashes } from '../../sealing/search-terms.js'
+import { holdsQuery, querySearchHashes } from '../../sealing/search-terms.js'
 
 export type Conversation =
   | { kind: 'user', address: string }
@@ -40,7 +40,7 @@ function readableBy (viewer: string): SQL {
  * index serves each).
  */
 function holdsTerms (terms: string[]): SQL {
-  const arrays = querySearchHashes(terms).map((hashes) => sql`${messages.searchHashes} @> ${hashes}::bigint[]`)
+  const arrays = querySearchHashes(terms).map((hashes) => sql`${messages.searchHashes} @> ${hashes}::int[]`)
   return arrays.length === 1 ? arrays[0]! : sql`(${sql.join(arrays, sql` OR `)})`
 }
 
@@ -93,10 +93,24 @@ export async function readsAtMost (db: Db, viewer: string, max: number): Promise
   return Number(row!.n) <= max
 }
 
+/**
+ * A page of the viewer's messages matching the search, newest first, bodies opened. The index
+ * finds candidates by keyed hashes (a query word past PREFIX_MAX is looked up by its start, and
+ * a 32-bit hash may collide), so each candidate's opened body is checked against the words:
+ * one that fails is dropped, and the page reads on past the last candidate until it is full or
+ * the table has no more. Listing a conversation needs no choice of plan: the sender and
+ * recipient indexes serve it.
+ */
 export async function searchMessages (db: Db, s: MessageSearch): Promise<MessageRow[]> {
-  // Listing a conversation needs no choice: the sender and recipient indexes serve it.
-  const rows = s.terms !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)
-    ? await readerFirstQuery(db, s)
-    : await messageSearchQuery(db, s)
-  return rows.map(opened)
+  const readerFirst = s.terms !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)
+  const found: MessageRow[] = []
+  let before = s.before
+  for (;;) {
+    const page = { ...s, before }
+    const rows = (readerFirst ? await readerFirstQuery(db, page) : await messageSearchQuery(db, page)).map(opened)
+    for (const row of rows) if (s.terms === undefined || holdsQuery(row.body, s.terms)) found.push(row)
+    const last = rows.at(-1)
+    if (found.length >= s.limit || rows.length < s.limit || last === undefined) return found.slice(0, s.limit)
+    before = { createdAt: last.createdAt.toISOString(), id: last.id }
+  }
 }

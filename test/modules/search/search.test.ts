@@ -200,3 +200,25 @@ t.test('search finds what users type inside addresses, host and file names, path
   const example = await find(alice, { query: 'example', types: ['messages'] })
   t.same(example.results.map((r) => r.message!.body).sort(), [bodies[0], bodies[2]].sort(), '"example" finds both messages that hold it')
 })
+
+t.test('words longer than the hashed prefixes: the index finds candidates by their start, and only true matches come back, pages full', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  // Both share their first PREFIX_MAX (12) characters, "internationa": the index cannot tell them apart.
+  for (let i = 0; i < 5; i++) await alice.post('/v2/message', { recipient: 'bob', body: `internationalization ${i}` })
+  for (let i = 0; i < 5; i++) await alice.post('/v2/message', { recipient: 'bob', body: `internationals ${i}` })
+  t.same(bodies((await find(alice, { query: 'internationaliz', types: ['messages'] })).results),
+    ['internationalization 4', 'internationalization 3', 'internationalization 2', 'internationalization 1', 'internationalization 0'])
+  t.same(bodies((await find(alice, { query: 'INTERNATIONALS', types: ['messages'] })).results).length, 5)
+  t.same(bodies((await find(alice, { query: 'internationa', types: ['messages'] })).results).length, 10, 'the shared start finds both')
+  // A page of 2 is filled past the 5 newer candidates that fail the check.
+  const first = await find(alice, { query: 'internationaliz', types: ['messages'], limit: 2 })
+  t.same(bodies(first.results), ['internationalization 4', 'internationalization 3'])
+  t.ok(first.nextCursor !== null)
+  const second = await find(alice, { query: 'internationaliz', types: ['messages'], limit: 2, cursor: first.nextCursor })
+  t.same(bodies(second.results), ['internationalization 2', 'internationalization 1'])
+  // A one-character word finds itself, not every word it starts.
+  await alice.post('/v2/message', { recipient: 'bob', body: 'x marks the spot' })
+  t.same(bodies((await find(alice, { query: 'x', types: ['messages'] })).results), ['x marks the spot'])
+})
