@@ -22,8 +22,6 @@ export interface SealingKey {
   secret: Buffer
 }
 
-export const KEY_ID_PATTERN = '^[A-Za-z0-9_-]{1,32}$'
-
 const NONCE_BYTES = 12
 const TAG_BYTES = 16
 
@@ -49,7 +47,7 @@ function nextNonce (): Buffer {
 }
 
 /** A record sealed under a key this instance no longer has: 503 naming the key, nothing lost. */
-export class SealedKeyMissing extends AppError {
+class SealedKeyMissing extends AppError {
   readonly keyId: string
   constructor (keyId: string) {
     super(503, 'SEALED_KEY_MISSING', `this data is sealed under key ${JSON.stringify(keyId)}, which SEALING_KEYS no longer holds; add it back (after the key that seals new data) to read it`)

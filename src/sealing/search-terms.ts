@@ -11,7 +11,7 @@ import { keyring } from './keyring.js'
  * candidates whose opened body holds the whole query (holdsQuery). 12 keeps a long token's
  * share of the row and the index small (a 32-character hash or id: 12 terms, not 32).
  */
-export const PREFIX_MAX = 12
+const PREFIX_MAX = 12
 
 /** At most this many words of a query count (as before: a query is at most 200 characters). */
 const QUERY_WORDS_MAX = 32
@@ -23,7 +23,7 @@ function words (text: string): string[] {
 }
 
 /** A body's terms: every word, and every prefix of it from 2 to PREFIX_MAX characters. */
-export function bodyTerms (body: string): Set<string> {
+function bodyTerms (body: string): Set<string> {
   const terms = new Set<string>()
   for (const word of words(body)) {
     terms.add(word)
