@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../../src/db/rows.js'
+import { openText, record } from '../../../src/sealing/records.js'
 import { build } from '../../helper.js'
 import { makePng } from '../../support/png.js'
 
@@ -31,8 +32,10 @@ t.test('a PNG attachment round-trips byte for byte with its headers', async (t) 
     t.equal(res.headers['x-content-type-options'], 'nosniff')
     t.equal(res.headers['content-disposition'], 'attachment; filename="cat.png"; filename*=UTF-8\'\'cat.png')
   }
-  const [stored] = await queryRows<{ sha256: string }>(db, sql`SELECT sha256 FROM attachments WHERE message_id = ${message.id}`)
-  t.equal(stored!.sha256, createHash('sha256').update(png).digest('hex'), 'stored with its SHA-256')
+  const [stored] = await queryRows<{ sha256: string, sealed_by: string }>(db, sql`SELECT sha256, sealed_by FROM attachments WHERE message_id = ${message.id}`)
+  const sha256 = createHash('sha256').update(png).digest('hex')
+  t.not(stored!.sha256, sha256, 'its SHA-256 is not in the table as it is (it would confirm a guessed file)')
+  t.equal(openText(stored!.sha256, record.attachmentSha256(message.id, 1), stored!.sealed_by), sha256, 'stored with its SHA-256, sealed')
   t.equal((await alice.get(`/v2/message/${message.id}/attachment/2`)).statusCode, 404)
   t.equal((await (await as('carol')).get(`/v2/message/${message.id}/attachment/1`)).statusCode, 403)
 })
