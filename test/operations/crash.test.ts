@@ -6,6 +6,7 @@ import { connectPostgres } from '../../src/db/client.js'
 import { createAttachmentChunksRepository, type AttachmentChunksRepository } from '../../src/modules/messages/attachment-chunks.repository.js'
 import { installKeyring, Keyring, parseSealingKeys } from '../../src/sealing/keyring.js'
 import { openText, record } from '../../src/sealing/records.js'
+import { openedBody } from '../../src/modules/messages/message-body.js'
 import { usingPostgres } from '../support/databases.js'
 import { childDatabaseEnv, runCliInProcess, startServer } from '../support/processes.js'
 import { TEST_SEALING_KEYS } from '../support/sealing.js'
@@ -123,12 +124,15 @@ t.test('a SIGKILL mid-stream loses no acknowledged message and leaves nothing ha
     const client = new pg.Client({ connectionString: env.DATABASE_URL })
     await client.connect()
     t.teardown(() => client.end())
-    const { rows } = await client.query<{ id: string, body: string, attachments: number, deliveries: number, events: number }>(`
-      SELECT m.id, m.body,
+    // Bodies are sealed (API.md §11): opened in Node, as the service reads them.
+    installKeyring(new Keyring(parseSealingKeys(TEST_SEALING_KEYS)))
+    const stored_ = await client.query<{ id: string, body: string, sealed_by: string | null, attachments: number, deliveries: number, events: number }>(`
+      SELECT m.id, m.body, m.sealed_by,
         (SELECT count(*)::int FROM attachments a WHERE a.message_id = m.id) AS attachments,
         (SELECT count(*)::int FROM deliveries d WHERE d.message_id = m.id AND d.recipient = 'reader') AS deliveries,
         (SELECT count(*)::int FROM events e WHERE e.message_id = m.id AND e.address = 'reader' AND e.type = 'message.received') AS events
       FROM messages m WHERE m.sender = 'writer'`)
+    const rows = stored_.rows.map((row) => ({ ...row, body: openedBody({ id: row.id, body: row.body, sealedBy: row.sealed_by }) }))
     const stored = new Map<number, typeof rows[number]>()
     const twice: string[] = []
     for (const row of rows) {

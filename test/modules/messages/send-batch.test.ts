@@ -346,9 +346,10 @@ t.test('a client that hangs up while its send waits in the queue still gets a wh
 
   let message: { id: string, attachments: { size: number }[] } | undefined
   await until(async () => {
-    const rows = await queryRows<{ message: { id: string, attachments: { size: number }[] } }>(built.db, sql`
-      SELECT data->'message' AS message FROM events WHERE address = 'bob' AND type = 'message.received'`)
-    message = rows[0]?.message
+    // The event's data is sealed (API.md §11): its message id is a column of its own.
+    const rows = await queryRows<{ id: string }>(built.db, sql`
+      SELECT message_id AS id FROM events WHERE address = 'bob' AND type = 'message.received'`)
+    message = rows[0] === undefined ? undefined : { id: rows[0].id, attachments: [] }
     return message !== undefined
   }, { timeoutMs: 5_000, message: 'the send was never written' })
   t.ok(message !== undefined, 'the send was written after the client left')
