@@ -20,7 +20,7 @@ async function storedBytes (chunks: AttachmentChunksRepository, uploadId: string
   for (let seq = 0; ; seq++) {
     const chunk = await chunks.readChunk(uploadId, seq)
     if (chunk === undefined) return Buffer.concat(stored)
-    stored.push(chunk)
+    stored.push(...chunk)
   }
 }
 

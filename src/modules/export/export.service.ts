@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream'
+import { piecesLength } from '../../sealing/pieces.js'
 import { finished } from 'node:stream/promises'
 import type { ZipFile } from 'yazl'
 import type { Database, Db } from '../../db/client.js'
@@ -115,7 +116,7 @@ function startExport (reader: Db, zip: ZipFile, address: string, consistent: boo
     // written has lost its files: they are listed in missing.txt rather than fail the export.
     const missing: string[] = []
     for await (const file of filesOf(repo, address, until)) {
-      const first = file.size === 0 ? Buffer.alloc(0) : await chunks.readChunk(file.uploadId, 0)
+      const first = file.size === 0 ? [] : await chunks.readChunk(file.uploadId, 0)
       if (first === undefined) missing.push(file.path)
       else await add(file.path, fileBytes(chunks, file.uploadId, file.size, first), { compress: false, mtime: file.createdAt })
     }
@@ -274,12 +275,12 @@ async function * filesOf (repo: ExportRepository, address: string, until: Date) 
  * whose rows are gone meanwhile (the embedded database reads no snapshot) fails the export
  * rather than end short in silence.
  */
-async function * fileBytes (chunks: ReturnType<typeof createAttachmentChunksRepository>, uploadId: string, size: number, first: Buffer): AsyncGenerator<Buffer> {
+async function * fileBytes (chunks: ReturnType<typeof createAttachmentChunksRepository>, uploadId: string, size: number, first: Buffer[]): AsyncGenerator<Buffer> {
   for (let seq = 0, at = 0; at < size; seq++) {
     const length = Math.min(CHUNK_BYTES, size - at)
     const chunk = seq === 0 ? first : await chunks.readChunk(uploadId, seq)
-    if (chunk?.length !== length) throw new Error(`attachment ${uploadId} lost bytes ${at}..${at + length} during the export`)
-    yield chunk
+    if (chunk === undefined || piecesLength(chunk) !== length) throw new Error(`attachment ${uploadId} lost bytes ${at}..${at + length} during the export`)
+    yield * chunk
     at += length
   }
 }

@@ -2,6 +2,7 @@ import { and, inArray, isNull, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { keyring } from '../../sealing/keyring.js'
+import { piecesLength } from '../../sealing/pieces.js'
 import { record } from '../../sealing/records.js'
 import { attachmentChunks } from './messages.table.js'
 
@@ -77,11 +78,12 @@ export function createAttachmentChunksRepository (db: Db) {
 
     /**
      * Chunk `seq` of a stored file, opened (a row written before sealing, sealed_by NULL, as it
-     * is); undefined when there is no such row. One statement, in slices of SLICE_BYTES, so no
-     * string the driver makes is a large object, however the file is read (downloads, Ranges,
-     * exports). SealedKeyMissing (503) when its key is no longer configured.
+     * is), in pieces of about SLICE_BYTES; undefined when there is no such row. One statement,
+     * in slices of SLICE_BYTES, so no string the driver makes is a large object and no buffer
+     * is a chunk's size, however the file is read (downloads, Ranges, exports). SealedKeyMissing
+     * (503) when its key is no longer configured.
      */
-    async readChunk (uploadId: string, seq: number): Promise<Buffer | undefined> {
+    async readChunk (uploadId: string, seq: number): Promise<Buffer[] | undefined> {
       const [row] = await queryRows<ChunkRow>(db, sql`
         SELECT sealed_by, octet_length(data) AS stored, ${sliceColumns} FROM ${attachmentChunks}
         WHERE upload_id = ${uploadId} AND seq = ${seq}`)
@@ -91,10 +93,10 @@ export function createAttachmentChunksRepository (db: Db) {
         const slice = row[`s${i}`]
         if (slice !== null && slice !== undefined) slices.push(bytesOf(slice))
       }
-      const stored = Buffer.concat(slices)
       // A row longer than any chunk can be was written by something else than this repository.
-      if (stored.length !== Number(row.stored)) throw new Error(`attachment ${uploadId} chunk ${seq} holds ${row.stored} bytes, more than a chunk`)
-      return row.sealed_by === null ? stored : keyring().open(stored, record.attachmentChunk(uploadId, seq), row.sealed_by)
+      const stored = piecesLength(slices)
+      if (stored !== Number(row.stored)) throw new Error(`attachment ${uploadId} chunk ${seq} holds ${row.stored} bytes, more than a chunk`)
+      return row.sealed_by === null ? slices : keyring().openPieces(slices, record.attachmentChunk(uploadId, seq), row.sealed_by)
     },
 
     /** Unclaimed chunks staged before `olderThanMs` ago: uploads a crash cut off. */

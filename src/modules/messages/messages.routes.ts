@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { piecesBetween } from '../../sealing/pieces.js'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
 import type { Metrics } from '../../metrics.js'
@@ -311,6 +312,6 @@ async function * streamChunks (store: AttachmentChunksRepository, uploadId: stri
     // The message was deleted mid-download: end the response short rather than send garbage.
     if (chunk === undefined) throw new Error(`attachment ${uploadId} lost chunk ${seq} mid-download`)
     const offset = seq * CHUNK_BYTES
-    yield chunk.subarray(Math.max(0, start - offset), Math.min(chunk.length, end - offset + 1))
+    yield * piecesBetween(chunk, Math.max(0, start - offset), end - offset + 1)
   }
 }
