@@ -3,6 +3,7 @@ import type { Db } from '../db/client.js'
 import { queryRows } from '../db/rows.js'
 import { bodySearchHashes } from './search-terms.js'
 import { SEALED_EVENT_TYPES } from '../modules/events/events.repository.js'
+import { createAttachmentChunksRepository } from '../modules/messages/attachment-chunks.repository.js'
 import { keyring, SealBroken } from './keyring.js'
 import { openJson, openText, record, sealJson, sealText } from './records.js'
 
@@ -37,13 +38,9 @@ export interface SealedTable {
   page(tx: Db, pending: SQL, after: Cursor | undefined): Promise<PageOutcome>
 }
 
-/** Event types whose data is a copy of a message, sealed; every other type's data stays plain. */
-
 const ROWS_PER_PAGE = 200
 /** Chunks are up to 256 KiB each: four a page keeps a page's transaction as short as a page of messages. */
 const CHUNKS_PER_PAGE = 4
-/** node-postgres hands bytea over as hex text twice its size: big values are read in slices (attachment-chunks.repository.ts says why). */
-const SLICE_BYTES = 60 * 1024
 
 /** A record that does not open under its key: kept, named; anything else is a real failure. */
 function opened<T> (name: string, broken: string[], open: () => T): T | undefined {
@@ -138,40 +135,30 @@ const attachmentsTable: SealedTable = {
   }
 }
 
-function toBuffer (data: Buffer | Uint8Array | string): Buffer {
-  if (Buffer.isBuffer(data)) return data
-  if (typeof data === 'string') return Buffer.from(data.startsWith('\\x') ? data.slice(2) : data, 'hex')
-  return Buffer.from(data.buffer, data.byteOffset, data.byteLength)
-}
-
-/** A chunk's stored bytes, read in slices (see SLICE_BYTES). */
-async function readChunk (tx: Db, uploadId: string, seq: number, length: number): Promise<Buffer> {
-  const slices: Buffer[] = []
-  for (let offset = 0; offset < length; offset += SLICE_BYTES) {
-    const [row] = await queryRows<{ data: Buffer | Uint8Array | string }>(tx, sql`
-      SELECT substring(data FROM ${offset + 1}::int FOR ${SLICE_BYTES}::int) AS data
-      FROM attachment_chunks WHERE upload_id = ${uploadId} AND seq = ${seq}`)
-    if (row === undefined) break
-    slices.push(toBuffer(row.data))
-  }
-  return Buffer.concat(slices)
-}
-
 const attachmentChunksTable: SealedTable = {
   name: 'attachment_chunks',
   scope: sql`true`,
   async page (tx, pending, after) {
-    const rows = await queryRows<{ upload_id: string, seq: number, length: number, sealed_by: string | null, seen: string }>(tx, sql`
-      SELECT upload_id, seq, octet_length(data) AS length, sealed_by, xmin::text AS seen FROM attachment_chunks
+    const rows = await queryRows<{ upload_id: string, seq: number, sealed_by: string | null, seen: string }>(tx, sql`
+      SELECT upload_id, seq, sealed_by, xmin::text AS seen FROM attachment_chunks
       WHERE ${after2(sql`(upload_id, seq)`, sql.raw('int'), after)} AND ${pending} ORDER BY upload_id, seq LIMIT ${CHUNKS_PER_PAGE}`)
     const broken: string[] = []
     let attempted = 0
     let written = 0
+    const chunks = createAttachmentChunksRepository(tx)
     for (const row of rows) {
       const name = record.attachmentChunk(row.upload_id, row.seq)
-      const stored = await readChunk(tx, row.upload_id, row.seq, row.length)
-      const bytes = opened(name, broken, () => row.sealed_by === null ? stored : keyring().open(stored, name, row.sealed_by))
-      if (bytes === undefined) continue
+      // Read as every reader does (in slices, opened under its own key, or as it is when plain).
+      let pieces: Buffer[] | undefined
+      try {
+        pieces = await chunks.readChunk(row.upload_id, row.seq)
+      } catch (err) {
+        if (!(err instanceof SealBroken)) throw err
+        broken.push(name)
+        continue
+      }
+      if (pieces === undefined) continue
+      const bytes = Buffer.concat(pieces)
       attempted++
       // One row a statement: a page of chunks in one statement would be a megabyte of parameters.
       const done = await queryRows<{ seq: number }>(tx, sql`
