@@ -434,7 +434,7 @@ t.test('parley migrate from three hosts at once, with the pooler as DATABASE_URL
   const applied = runs.flatMap((run) => run.code === 0 ? (JSON.parse(run.stdout) as { applied: string[] }).applied : [])
   t.ok(applied.length > 0 && new Set(applied).size === applied.length, `each of ${applied.length} migrations applied once`)
   const again = await runCli(['migrate', '--json'], env)
-  t.same(JSON.parse(again.stdout), { applied: [] }, 'then nothing to apply')
+  t.same(JSON.parse(again.stdout), { applied: [], sealed: 0 }, 'then nothing to apply, and nothing to seal')
   const admin = new pg.Client({ connectionString: empty.url })
   await admin.connect()
   t.teardown(() => admin.end())

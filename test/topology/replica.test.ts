@@ -13,6 +13,11 @@ import { runCliInProcess, startServer, type ServerProcess } from '../support/pro
 import { freezableProxy, replicatedPostgres } from '../support/replicated-postgres.js'
 import { postgresBin } from '../support/throwaway-postgres.js'
 import { until } from '../support/until.js'
+import { installKeyring, Keyring, parseSealingKeys } from '../../src/sealing/keyring.js'
+import { TEST_SEALING_KEYS } from '../support/sealing.js'
+
+// This process searches the servers' database itself: with their key, as they seal (API.md §11).
+installKeyring(new Keyring(parseSealingKeys(TEST_SEALING_KEYS)))
 
 const bin = postgresBin()
 const skip = !usingPostgres()
