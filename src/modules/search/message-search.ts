@@ -94,23 +94,41 @@ export async function readsAtMost (db: Db, viewer: string, max: number): Promise
 }
 
 /**
+ * Rounds of candidates one page reads before it ends short. A query word past PREFIX_MAX is
+ * looked up by its first PREFIX_MAX characters, so a caller can make every candidate fail the
+ * exact check ("internationalq" against a table of "international"); each round re-runs the
+ * index scan, so the rounds are bounded and grow: 1, 2, 4, 8 × the page's limit, at most
+ * CANDIDATES_PER_ROUND_MAX a round.
+ */
+export const SEARCH_ROUNDS_MAX = 4
+const CANDIDATES_PER_ROUND_MAX = 1_000
+
+export interface MessageSearchPage {
+  rows: MessageRow[]
+  /** Set when the rounds ran out before the page filled or the table ended: the last candidate read, where the next page starts. */
+  resumeAfter?: { createdAt: string, id: string }
+}
+
+/**
  * A page of the viewer's messages matching the search, newest first, bodies opened. The index
  * finds candidates by keyed hashes (a query word past PREFIX_MAX is looked up by its start, and
  * a 32-bit hash may collide), so each candidate's opened body is checked against the words:
- * one that fails is dropped, and the page reads on past the last candidate until it is full or
- * the table has no more. Listing a conversation needs no choice of plan: the sender and
- * recipient indexes serve it.
+ * one that fails is dropped, and the page reads on past the last candidate until it is full,
+ * the table has no more, or SEARCH_ROUNDS_MAX rounds have run (the page is then short and says
+ * where to resume). Listing a conversation needs no choice of plan: the sender and recipient
+ * indexes serve it.
  */
-export async function searchMessages (db: Db, s: MessageSearch): Promise<MessageRow[]> {
+export async function searchMessages (db: Db, s: MessageSearch): Promise<MessageSearchPage> {
   const readerFirst = s.terms !== undefined && await readsAtMost(db, s.viewer, READER_FIRST_MAX)
   const found: MessageRow[] = []
   let before = s.before
-  for (;;) {
-    const page = { ...s, before }
+  for (let round = 0; ; round++) {
+    const page = { ...s, before, limit: Math.min(s.limit * 2 ** round, Math.max(s.limit, CANDIDATES_PER_ROUND_MAX)) }
     const rows = (readerFirst ? await readerFirstQuery(db, page) : await messageSearchQuery(db, page)).map(opened)
     for (const row of rows) if (s.terms === undefined || holdsQuery(row.body, s.terms)) found.push(row)
     const last = rows.at(-1)
-    if (found.length >= s.limit || rows.length < s.limit || last === undefined) return found.slice(0, s.limit)
+    if (found.length >= s.limit || rows.length < page.limit || last === undefined) return { rows: found.slice(0, s.limit) }
     before = { createdAt: last.createdAt.toISOString(), id: last.id }
+    if (round + 1 === SEARCH_ROUNDS_MAX) return { rows: found, resumeAfter: before }
   }
 }

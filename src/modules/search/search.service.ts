@@ -103,6 +103,9 @@ async function searchIn (db: Db, input: SearchInput): Promise<{ results: SearchR
     if (page.results.length > room) {
       return { results, nextCursor: encodeCursor({ t: type, k: page.keys[room - 1] }) }
     }
+    // The message search read its bounded candidates without filling the page (message-search.ts
+    // SEARCH_ROUNDS_MAX): a short page, and the next goes on past the last candidate it read.
+    if (page.resumeAt !== undefined) return { results, nextCursor: encodeCursor({ t: type, k: page.resumeAt }) }
     if (results.length === input.limit) {
       const next = order[i + 1]
       return { results, nextCursor: next === undefined ? null : encodeCursor({ t: next }) }
@@ -113,11 +116,11 @@ async function searchIn (db: Db, input: SearchInput): Promise<{ results: SearchR
 
 async function fetchType (
   db: Db, type: SearchType, input: SearchInput, conversation: Conversation | undefined, after: string[] | undefined, limit: number
-): Promise<{ results: SearchResult[], keys: string[][] }> {
+): Promise<{ results: SearchResult[], keys: string[][], resumeAt?: string[] }> {
   if (type === 'messages') {
     const terms = input.query === undefined ? undefined : queryTerms(input.query)
     if (input.query !== undefined && terms === undefined) return { results: [], keys: [] }
-    const rows = await searchMessages(db, {
+    const { rows, resumeAfter } = await searchMessages(db, {
       viewer: input.viewer,
       terms,
       with: conversation,
@@ -127,7 +130,8 @@ async function fetchType (
     const views = await createMessagesRepository(db).viewMany(rows, input.viewer)
     return {
       results: views.map((message) => ({ type: 'message', message })),
-      keys: rows.map((r) => [r.createdAt.toISOString(), r.id])
+      keys: rows.map((r) => [r.createdAt.toISOString(), r.id]),
+      ...resumeAfter === undefined ? {} : { resumeAt: [resumeAfter.createdAt, resumeAfter.id] }
     }
   }
   if (type === 'users') {

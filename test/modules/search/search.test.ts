@@ -161,8 +161,8 @@ t.test('a search costs what the caller can read: reader-first for a small reader
     const [table, reader] = await Promise.all([messageSearchQuery(db, s), readerFirstQuery(db, s)])
     t.same(reader.map((m) => m.id), table.map((m) => m.id), `both plans agree on ${JSON.stringify(s)} (${table.length} found)`)
   }
-  t.same((await searchMessages(db, searches[0]!)).map((m) => m.body), ['filler from carol', 'filler text number 10', 'filler text number 5000 zebra'], 'carol never sees the message she hid')
-  t.equal((await searchMessages(db, searches[4]!)).length, 20, 'the 20 zebra messages alice sent')
+  t.same((await searchMessages(db, searches[0]!)).rows.map((m) => m.body), ['filler from carol', 'filler text number 10', 'filler text number 5000 zebra'], 'carol never sees the message she hid')
+  t.equal((await searchMessages(db, searches[4]!)).rows.length, 20, 'the 20 zebra messages alice sent')
 })
 
 async function explain (db: Parameters<typeof queryRows>[0], query: { sql: string, params: unknown[] }): Promise<string> {
@@ -177,6 +177,28 @@ function inline (text: string, params: unknown[]): string {
     return typeof value === 'number' ? String(value) : `'${String(value).replace(/'/g, "''")}'`
   })
 }
+
+t.test('a query whose candidates all fail the exact check reads a bounded number of them a page: short pages, a cursor past the last read, the match behind them found', async (t) => {
+  const { as } = await build(t, { env: { DAILY_MESSAGE_QUOTA: '1000', RATE_LIMIT_PER_SECOND: '100000' } })
+  const alice = await as('alice')
+  await as('bob')
+  await alice.post('/v2/message', { recipient: 'bob', body: 'internationalization, the one match' })
+  // 100 newer candidates share its first 12 characters and fail "internationaliz".
+  for (let i = 0; i < 100; i++) await alice.post('/v2/message', { recipient: 'bob', body: `internationals ${i}` })
+  // A page of 2 reads 3, 6, 12 and 24 candidates (SEARCH_ROUNDS_MAX rounds): 45, then ends.
+  const pages: { bodies: string[], more: boolean }[] = []
+  let cursor: string | null | undefined
+  do {
+    const page = await find(alice, { query: 'internationaliz', types: ['messages'], limit: 2, ...cursor === undefined ? {} : { cursor } })
+    pages.push({ bodies: bodies(page.results), more: page.nextCursor !== null })
+    cursor = page.nextCursor
+  } while (cursor !== null && pages.length < 10)
+  t.same(pages, [
+    { bodies: [], more: true },
+    { bodies: [], more: true },
+    { bodies: ['internationalization, the one match'], more: false }
+  ], 'two short pages of 45 candidates each, then the rest and the match')
+})
 
 t.test('search finds what users type inside addresses, host and file names, paths and decimals', async (t) => {
   const { as } = await build(t)
