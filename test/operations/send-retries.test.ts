@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm'
+import pg from 'pg'
 import t from 'tap'
 import { queryRows } from '../../src/db/rows.js'
 import { build } from '../helper.js'
@@ -50,4 +51,34 @@ t.test('sends and deletes under serialization failures all answer 2xx', { skip }
   const sends = statuses.filter((s) => s === 200).length
   const deletes = statuses.filter((s) => s === 204).length
   t.equal(left!.n, sends - deletes, `${sends} messages sent, ${deletes} deleted, ${left!.n} left`)
+})
+
+t.test('a send cancelled while it waits on a lock (57014, as a lock_timeout firing as its lock is granted reports itself) is tried again: 200, written once', { skip }, async (t) => {
+  const built = await build(t, { env: ENV })
+  const alice = await built.as('alice')
+  await built.createUser('bob')
+  const name = new URL(built.url!).pathname.slice(1)
+  // bob's row held by another transaction: the send waits on it, and is cancelled as it waits.
+  const holder = new pg.Client({ connectionString: built.url })
+  const canceller = new pg.Client({ connectionString: built.url })
+  await holder.connect()
+  await canceller.connect()
+  t.teardown(async () => { await holder.end(); await canceller.end() })
+  await holder.query('BEGIN')
+  await holder.query("SELECT 1 FROM users WHERE address = 'bob' FOR UPDATE")
+  const sent = alice.post('/v2/message', { recipient: 'bob', body: 'cancelled, then sent' })
+  let cancelled = 0
+  const until = performance.now() + 5_000
+  while (cancelled < 3 && performance.now() < until) {
+    const { rows } = await canceller.query<{ done: boolean }>(`SELECT pg_cancel_backend(pid) AS done FROM pg_stat_activity
+      WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%WITH input AS%'`, [name])
+    cancelled += rows.filter((r) => r.done).length
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+  await holder.query('ROLLBACK')
+  const res = await sent
+  t.ok(cancelled >= 1, `the waiting send's statement was cancelled ${cancelled} times`)
+  t.equal(res.statusCode, 200, res.body)
+  const [written] = await queryRows<{ n: number }>(built.db, sql`SELECT count(*)::int AS n FROM messages WHERE recipient = 'bob'`)
+  t.equal(written!.n, 1, 'written once')
 })

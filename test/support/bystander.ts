@@ -55,19 +55,20 @@ export function relativeBound (alone: number, ceiling: number, times = 5, floor 
  * everyMs, one send starts at most that often (to stay inside the default rate limit).
  */
 export function bystander (base: string, authorization: string, everyMs = 0, recipient = 'bob') {
-  const results: { status: number, ms: number }[] = []
+  const results: (Sent & { at: Date })[] = []
   let running = true
   let lastStart = 0
   const loop = (async () => {
     while (running) {
       const started = performance.now()
-      if (everyMs > 0 && results.length > 0) await sleep(everyMs - (started - lastStart))
+      if (everyMs > 0 && results.length > 0) await sleep(Math.max(0, everyMs - (started - lastStart)))
       lastStart = performance.now()
+      const at = new Date()
       const res = await fetch(`${base}/v2/message`, {
         method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify({ recipient, body: 'still here' })
       })
       await res.arrayBuffer()
-      results.push({ status: res.status, ms: performance.now() - lastStart })
+      results.push({ status: res.status, ms: performance.now() - lastStart, at })
     }
   })()
   return {
