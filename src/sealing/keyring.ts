@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHmac, hash, hkdfSync, randomBytes } from 'node:crypto'
+import { createCipheriv, createDecipheriv, createHmac, createSecretKey, hash, hkdfSync, randomBytes, type KeyObject } from 'node:crypto'
 import { AppError } from '../errors.js'
 import { piecesBetween, piecesLength } from './pieces.js'
 
@@ -69,15 +69,19 @@ export class SealBroken extends Error {
 }
 
 interface Derived {
-  seal: Buffer
+  /**
+   * A KeyObject, made once: given a Buffer, each cipher imports the key anew, 5 µs a record on
+   * Node 20 and 25-30 µs on Node 24 (the image's runtime), against 5 µs with a KeyObject.
+   */
+  seal: KeyObject
   /** The search key as hex: prefixed to each term (searchHashes). */
   search: string
-  tag: Buffer
+  tag: KeyObject
 }
 
 function derive (secret: Buffer): Derived {
   const sub = (info: string) => Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), `parley ${info}`, 32))
-  return { seal: sub('seal v1'), search: sub('search v1').toString('hex'), tag: sub('tag v1') }
+  return { seal: createSecretKey(sub('seal v1')), search: sub('search v1').toString('hex'), tag: createSecretKey(sub('tag v1')) }
 }
 
 export class Keyring {
