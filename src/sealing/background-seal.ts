@@ -9,7 +9,7 @@ import { runSealingPass } from './reseal.js'
  * plain is written after, and later starts skip the pass (its counts read every sealed table,
  * a full scan each on a large database). `parley migrate` always runs it.
  */
-const SEALED_ONCE = 'sealing.plain_sealed'
+export const SEALED_ONCE = 'sealing.plain_sealed'
 
 /**
  * The plain pass at every start (API.md §11: an existing plaintext database is sealed online):
