@@ -100,7 +100,7 @@ export async function readsAtMost (db: Db, viewer: string, max: number): Promise
  * index scan, so the rounds are bounded and grow: 1, 2, 4, 8 × the page's limit, at most
  * CANDIDATES_PER_ROUND_MAX a round.
  */
-export const SEARCH_ROUNDS_MAX = 4
+const SEARCH_ROUNDS_MAX = 4
 const CANDIDATES_PER_ROUND_MAX = 1_000
 
 export interface MessageSearchPage {
