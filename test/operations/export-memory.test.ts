@@ -141,7 +141,8 @@ t.test(`an export of ${MESSAGES.toLocaleString('en')} messages and ${FILES * FIL
     await database.close()
   }
   phase('ready')
-  const server = await startServer(t, env)
+  // The key the chunks were sealed with, whatever SEALING_KEYS this process has.
+  const server = await startServer(t, { ...env, SEALING_KEYS: TEST_SEALING_KEYS })
   const pid = server.child.pid!
   const dir = tempDir(t, 'parley-export-')
   const idle = rssOf(pid)
@@ -150,9 +151,13 @@ t.test(`an export of ${MESSAGES.toLocaleString('en')} messages and ${FILES * FIL
   let peak = base
   const sampler = setInterval(() => { peak = Math.max(peak, rssOf(pid)) }, 50)
   const started = performance.now()
-  const status = await download(`${server.url}/v2/export`, basic(alice), join(dir, 'alice.zip'))
+  let status: number
+  try {
+    status = await download(`${server.url}/v2/export`, basic(alice), join(dir, 'alice.zip'))
+  } finally {
+    clearInterval(sampler)
+  }
   const seconds = (performance.now() - started) / 1000
-  clearInterval(sampler)
   peak = Math.max(peak, rssOf(pid))
   t.equal(status, 200)
   const bytes = statSync(join(dir, 'alice.zip')).size

@@ -32,6 +32,17 @@ const RETRY_MAX_MS = 400
  * through PgBouncer, waiting on a quota row's insert.
  */
 const RETRYABLE = new Set(['55P03', '57014', '40001', '40P01', '26000', '42P05'])
+/**
+ * A send alone cancelled (57014) more often than this is answered with the error: a
+ * statement_timeout an operator set, or cancels meant to shed load, are not tried again for
+ * ALONE_DEADLINE_MS; a statement timeout is never tried again.
+ */
+const CANCEL_RETRIES = 2
+function cancelledOnPurpose (err: unknown, cancels: number): boolean {
+  if (cancels > CANCEL_RETRIES) return true
+  for (let e: unknown = err; e instanceof Error; e = e.cause) if (e.message.includes('statement timeout')) return true
+  return false
+}
 /** A try whose Idempotency-Key another send held: tried again like a serialization failure. */
 const KEY_BUSY = Object.assign(new Error('the Idempotency-Key is held by a duplicate being written'), { code: '40001' })
 /** What a send to a recipient already known held starts from: as if its try had timed out. */
@@ -161,6 +172,7 @@ export function createSendWriter<P extends QueuedSend> (db: Db, committed: (batc
     const { recipient } = p.send
     let err = failed
     let lead: (() => void) | undefined
+    let cancels = 0
     const idempotencyKey = keyOf(p.send)
     const marked = markRetrying(p.send)
     try {
@@ -175,6 +187,7 @@ export function createSendWriter<P extends QueuedSend> (db: Db, committed: (batc
         if (n > 0) {
           const state = sqlState(err)
           if (state === undefined || !RETRYABLE.has(state) || isDatabaseUnavailable(err)) { p.reject(err); return }
+          if (state === '57014' && cancelledOnPurpose(err, ++cancels)) { p.reject(err); return }
           const left = deadline - performance.now()
           if (left <= 0) {
             p.reject(new Unavailable(`recipient ${recipient}: its rows stayed locked by other work for ${ALONE_DEADLINE_MS / 1000} s; try again shortly`))
