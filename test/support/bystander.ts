@@ -1,4 +1,10 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { sql } from 'drizzle-orm'
+import pg from 'pg'
+import type { TestContext } from '../helper.js'
+import type { Db } from '../../src/db/client.js'
+import { queryRows } from '../../src/db/rows.js'
 
 /** The 99th percentile of latencies (ms). */
 export const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1] ?? 0
@@ -93,4 +99,32 @@ export async function rosterReads (base: string, authorization: string, done: Pr
     await sleep(20)
   }
   return results
+}
+
+/**
+ * Where a bystander's time went, for a bound missed: the event loop's longest stall in this
+ * process (the in-process server's), and the wait events of the database's busy backends,
+ * sampled every 50 ms from a connection of its own. `report()` stops it (teardown does too).
+ */
+export async function watchStalls (t: TestContext, db: Db): Promise<{ report(): string }> {
+  const loop = monitorEventLoopDelay({ resolution: 10 })
+  loop.enable()
+  const waits = new Map<string, number>()
+  const [row] = await queryRows<{ name: string }>(db, sql`SELECT current_database() AS name`)
+  const observer = new pg.Client({ connectionString: process.env.DATABASE_URL })
+  await observer.connect()
+  t.teardown(() => observer.end())
+  const sampling = setInterval(() => {
+    observer.query<{ w: string }>(`SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu') AS w FROM pg_stat_activity
+      WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid()`, [row!.name]).then(
+      ({ rows }) => { for (const { w } of rows) waits.set(w, (waits.get(w) ?? 0) + 1) }, () => {})
+  }, 50)
+  const stop = () => { clearInterval(sampling); loop.disable() }
+  t.teardown(stop)
+  return {
+    report () {
+      stop()
+      return `longest event-loop stall ${(loop.max / 1e6).toFixed(0)} ms; backends seen waiting on ${JSON.stringify(Object.fromEntries(waits))}`
+    }
+  }
 }

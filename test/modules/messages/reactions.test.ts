@@ -1,10 +1,8 @@
-import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { sql } from 'drizzle-orm'
-import pg from 'pg'
 import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
-import { bystander, p99, relativeBound } from '../../support/bystander.js'
+import { bystander, p99, relativeBound, watchStalls } from '../../support/bystander.js'
 import { usingPostgres } from '../../support/databases.js'
 import { build, type Caller } from '../../helper.js'
 
@@ -138,21 +136,7 @@ t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystan
   await sleep(1_500)
   const aloneP99 = p99((await alone.stop()).map((r) => r.ms))
 
-  // What the server's process and its database were doing, for a bound missed: the event
-  // loop's longest stall, and what each busy backend waited on, sampled every 50 ms.
-  const loopDelay = monitorEventLoopDelay({ resolution: 10 })
-  loopDelay.enable()
-  const waits = new Map<string, number>()
-  const [{ name }] = await queryRows<{ name: string }>(db, sql`SELECT current_database() AS name`) as [{ name: string }]
-  const observer = new pg.Client({ connectionString: process.env.DATABASE_URL })
-  await observer.connect()
-  t.teardown(() => observer.end())
-  const sampling = setInterval(() => {
-    observer.query<{ w: string }>(`SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu') AS w FROM pg_stat_activity
-      WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid()`, [name]).then(
-      ({ rows }) => { for (const { w } of rows) waits.set(w, (waits.get(w) ?? 0) + 1) }, () => {})
-  }, 50)
-  t.teardown(() => { clearInterval(sampling); loopDelay.disable() })
+  const stalls = await watchStalls(t, db)
   const watch = bystander(base, carol.authorization, 70)
   const until = performance.now() + 3_000
   const statuses: number[] = []
@@ -166,13 +150,12 @@ t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystan
     }
   }))
   const loaded = await watch.stop()
-  clearInterval(sampling)
-  loopDelay.disable()
+  const stalled = stalls.report()
   const bound = relativeBound(aloneP99, 1_000, 5, 250)
   const measured = p99(loaded.map((r) => r.ms))
   const events = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM events WHERE type = 'message.reaction'`)
   const slowest = loaded.reduce<(typeof loaded)[number] | undefined>((a, b) => a === undefined || b.ms > a.ms ? b : a, undefined)
-  t.comment(`${statuses.filter((s) => s === 204).length} reaction changes (${events[0]!.n} events); bystander p99 ${measured.toFixed(0)} ms over ${loaded.length} sends (alone ${aloneP99.toFixed(0)} ms; slowest sent at ${slowest?.at.toISOString() ?? '-'}); longest event-loop stall ${(loopDelay.max / 1e6).toFixed(0)} ms; backends seen waiting on ${JSON.stringify(Object.fromEntries(waits))}`)
+  t.comment(`${statuses.filter((s) => s === 204).length} reaction changes (${events[0]!.n} events); bystander p99 ${measured.toFixed(0)} ms over ${loaded.length} sends (alone ${aloneP99.toFixed(0)} ms; slowest sent at ${slowest?.at.toISOString() ?? '-'}); ${stalled}`)
   t.ok(statuses.filter((s) => s === 204).length >= 3, 'the abuser\'s reactions go')
   t.equal(events[0]!.n, statuses.filter((s) => s === 204).length * 999, 'each change told every other member')
   t.same([...new Set(statuses)].filter((s) => s !== 204 && s !== 429), [], 'answered 204, or 429 while its one heavy place is taken')
