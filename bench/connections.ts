@@ -22,7 +22,8 @@
  *
  * Environment: BENCH_DATABASE_URL (an admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
  * CONNECTIONS_LIST, BENCH_POOL_SIZE (the service's DATABASE_POOL_SIZE, default 10, its default),
- * CONNECTIONS_PER_LOAD_PROCESS (10000), BENCH_NOFILE (the open-file limit to ask for, 65536).
+ * CONNECTIONS_PER_LOAD_PROCESS (10000), BENCH_NOFILE (the open-file limit to ask for, 65536),
+ * PROFILE_DIR (the server runs under --cpu-prof, its profile written there when it stops).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
@@ -44,6 +45,7 @@ if (CONNECTIONS.some((n) => !Number.isInteger(n) || n < 2)) throw new Error('CON
 const POOL_SIZE = Number(process.env.BENCH_POOL_SIZE ?? 10)
 const PER_LOAD_PROCESS = Number(process.env.CONNECTIONS_PER_LOAD_PROCESS ?? 10_000)
 const NOFILE = Number(process.env.BENCH_NOFILE ?? 65_536)
+const PROFILE_DIR = process.env.PROFILE_DIR
 /** MAX_GROUP_MEMBERS's default: the fan-out's group, and the fewest users the connections are spread over. */
 const GROUP = 1_000
 const KEYS_PER_USER = 3
@@ -357,7 +359,7 @@ async function phase (n: number, databaseUrl: string, users: User[], senders: Ke
     RATE_LIMIT_PER_SECOND: '1000000',
     MAX_LONG_POLLS_PER_KEY: '10000',
     DATABASE_POOL_SIZE: String(POOL_SIZE)
-  })
+  }, PROFILE_DIR === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`])
   const loaders: Loader[] = []
   let rssPeak = 0
   const sampler = setInterval(() => { rssPeak = Math.max(rssPeak, service.rss()) }, 1_000)

@@ -9,6 +9,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import autocannon from 'autocannon'
+import pg from 'pg'
 import { createFixtures, freshDatabase, startService } from './fixtures.js'
 import { jsonSend, multipartSend, type Request } from './sends.js'
 
@@ -42,6 +43,27 @@ function postgresTicks (): number {
   return sum
 }
 
+/**
+ * Before each measured run: a CHECKPOINT, then up to 10 s for autovacuum to finish, so a run is
+ * not charged for the dirty pages and the vacuum the runs before it left (PostgreSQL's column
+ * counts every PostgreSQL process; without this it swung between 20 and 100 % of a core for the
+ * same send). Work a run causes while it runs still counts.
+ */
+async function settle (url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    await client.query('CHECKPOINT')
+    for (let waited = 0; waited < 10_000; waited += 250) {
+      const { rows } = await client.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
+      if (rows[0]!.n === 0) break
+      await new Promise((resolve) => setTimeout(resolve, 250))
+    }
+  } finally {
+    await client.end()
+  }
+}
+
 const database = await freshDatabase(ADMIN_URL)
 try {
   const f = await createFixtures(database.url, { pairs: Math.max(...CONNECTIONS), groups: Math.max(...CONNECTIONS), pollers: 0, idlers: 0 })
@@ -72,6 +94,7 @@ try {
             })
           }
           await run(2)
+          await settle(database.url)
           const node0 = ticks(pid)
           const pg0 = postgresTicks()
           const started = performance.now()

@@ -25,7 +25,9 @@ import type { ErasureBatch } from './modules/erasure/erasure.service.js'
 import { eventBusPlugin } from './modules/events/event-bus.plugin.js'
 import { eventStreamRoutes } from './modules/events/event-stream.routes.js'
 import { eventsRoutes } from './modules/events/events.routes.js'
+import { createEventsRepository } from './modules/events/events.repository.js'
 import { exportRoutes } from './modules/export/export.routes.js'
+import { createFeedReads } from './modules/events/feed-reads.js'
 import { createFeedWaiting } from './modules/events/feed-waiting.js'
 import { groupsRoutes } from './modules/groups/groups.routes.js'
 import { healthRoutes } from './modules/health/health.routes.js'
@@ -131,8 +133,16 @@ export async function buildApp ({ config, database, logStream, now = Date.now, e
     await v2.register(messagesRoutes, {
       db: database.db, maxBodyChars: config.maxBodyChars, editWindowSeconds: config.messageEditWindowSeconds, metrics: app.metrics, sendBatches: sendBatches(poolSize)
     })
-    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, metrics: app.metrics, feed })
-    await v2.register(eventStreamRoutes, { db: database.db, feed, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000 })
+    // A wake-up's feed reads, gathered into statements: a quarter of the pool at most (the
+    // rest for sends and other reads), and at most 4 (an answer may hold 32 pages of 256 KiB).
+    // The embedded database's one connection runs one statement at a time for every key:
+    // shorter ones there, so another key's statement waits behind less.
+    const events = createEventsRepository(database.db)
+    const feedReads = createFeedReads((reads) => events.pages(reads), database.driver === 'pglite'
+      ? { perStatement: 8, inFlight: 1 }
+      : { perStatement: 32, inFlight: Math.min(4, Math.max(1, Math.floor(poolSize / 4))) })
+    await v2.register(eventsRoutes, { db: database.db, reads: app.reads, metrics: app.metrics, feed, feedReads })
+    await v2.register(eventStreamRoutes, { feed, feedReads, heartbeatMs: config.eventStreamHeartbeatSeconds * 1000 })
     await v2.register(groupsRoutes, { db: database.db, maxGroupMembers: config.maxGroupMembers, messageRetentionDays: config.messageRetentionDays })
     await v2.register(rosterRoutes, { db: database.db })
     await v2.register(metadataRoutes, { db: database.db })

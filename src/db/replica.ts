@@ -6,7 +6,7 @@ import pg from 'pg'
 import { AppError } from '../errors.js'
 import type { Db } from './client.js'
 import { isDatabaseUnavailable, sqlState } from './errors.js'
-import { queryRows } from './rows.js'
+import { queryRows, setStatementPolicy, type StatementPolicy } from './rows.js'
 import * as schema from './schema.js'
 import { TimeLimitExceeded, withinTimeLimit } from './time-limit.js'
 import { parseLsn, positionSampler } from './wal-position.js'
@@ -160,6 +160,13 @@ const PROBE_INTERVAL_MS = 5_000
 /** The longest pause between two looks at the replica's replay position while a read waits. */
 const MAX_POLL_MS = 4
 
+/**
+ * A replica's reads run unnamed statements (queryShaped's and queryPrepared's too): its URL may
+ * be a pooler nobody declares (DATABASE_POOLER speaks for DATABASE_URL only), where a named
+ * statement is lost between transactions, and a lost one would mark the replica down.
+ */
+const UNNAMED: StatementPolicy = { named: false, onLost () {} }
+
 /** Connections this module cut because the replica went quiet on them. */
 const cut = new WeakSet<pg.PoolClient>()
 
@@ -239,7 +246,10 @@ export async function openReplica (options: ReplicaOptions): Promise<ReplicaRead
   const drizzled = new WeakMap<pg.PoolClient, Db>()
   const on = (client: pg.PoolClient): Db => {
     let db = drizzled.get(client)
-    if (db === undefined) drizzled.set(client, db = drizzle({ client, schema }))
+    if (db === undefined) {
+      drizzled.set(client, db = drizzle({ client, schema }))
+      setStatementPolicy(client, UNNAMED)
+    }
     return db
   }
   const sample = positionSampler(primary)

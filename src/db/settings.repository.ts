@@ -39,6 +39,19 @@ export function createSettingsRepository (db: Db) {
     async tryLock (lockKey: number): Promise<boolean> {
       const [lock] = await queryRows<{ locked: boolean }>(db, sql`SELECT pg_try_advisory_xact_lock(${lockKey}) AS locked`)
       return lock?.locked === true
+    },
+
+    /**
+     * Takes a transaction-scoped advisory lock, waiting at most `waitMs` for whoever holds it
+     * (PostgreSQL queues waiters fairly: a holder's next try does not jump the queue). Past the
+     * wait it throws 55P03 (lock_not_available) and the transaction is aborted; once taken, the
+     * transaction's lock waits are bounded by the database's own lock_timeout again. Under
+     * repeatable read the snapshot is taken before the wait: callers read committed.
+     */
+    async lock (lockKey: number, waitMs: number): Promise<void> {
+      await db.execute(sql.raw(`SET LOCAL lock_timeout = '${Math.max(1, Math.round(waitMs))}ms'`))
+      await db.execute(sql`SELECT pg_advisory_xact_lock(${lockKey})`)
+      await db.execute(sql`SET LOCAL lock_timeout TO DEFAULT`)
     }
   }
 }

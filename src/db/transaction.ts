@@ -1,4 +1,4 @@
-import { PgTransaction } from 'drizzle-orm/pg-core'
+import { PgTransaction, type PgTransactionConfig } from 'drizzle-orm/pg-core'
 import type { Db } from './client.js'
 import { sqlState } from './errors.js'
 import { isStatementLost } from './rows.js'
@@ -53,9 +53,10 @@ function isTransaction (db: Db): boolean {
  * Inside another transaction (`db` is one) it is a savepoint, run once: the failure belongs to
  * the transaction around it, which must run again whole (a serialization failure recurs for as
  * long as its snapshot does), by its own retry where it has one; a read on the replica
- * (replica.ts) falls back to the primary instead.
+ * (replica.ts) falls back to the primary instead. `config` (isolation level, access mode)
+ * applies to a transaction of its own only: a savepoint has its transaction's.
  */
-export async function transaction<T> (db: Db, work: (tx: Db) => Promise<T>): Promise<T> {
+export async function transaction<T> (db: Db, work: (tx: Db) => Promise<T>, config?: PgTransactionConfig): Promise<T> {
   if (isTransaction(db)) return db.transaction(work)
-  return withRetry(() => db.transaction(work))
+  return withRetry(() => db.transaction(work, config))
 }

@@ -261,24 +261,43 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
    * An idle primary at the start of a WAL segment (after a switch): the replica has replayed
    * everything, so it serves, whichever position is read (the insert position then points
    * past the page header, where replay stops before it).
+   *
+   * "Idle" is checked, not assumed: the instances write in the background (a key's lastUsedAt,
+   * once a minute) and so may autovacuum, and under asynchronous commit such WAL holds reads
+   * back until the WAL writer flushes it, which is the documented cost, not this claim. A try
+   * whose primary inserted WAL meanwhile is taken again (at most three); one whose primary
+   * stayed idle must have been served by the replica, all ten reads.
    */
   async function idleAtSegmentStart (label: string) {
-    const word = `idle${run}n${n++}`
-    t.equal((await call(a, 'alice', 'POST', '/v2/message', { recipient: 'bob', body: word })).status, 200)
-    await cluster.onPrimary('SELECT pg_switch_wal()')
-    // No writes now: wait for both instances' probes to find the replica up.
-    await until(async () => {
-      const texts = await Promise.all(servers.map(async (s) => (await fetch(`${s.url}/metrics`)).text()))
-      return texts.every((text) => /^parley_replica_up 1$/m.test(text))
-    }, { timeoutMs: 15_000, intervalMs: 50, message: `${label}: the replica up on both instances` })
-    t.pass(`${label}: the replica is up on both instances`)
-    const before = (await replicaReads(servers))['replica:caught_up'] ?? 0
-    for (let i = 0; i < 10; i++) {
-      const found = await call(servers[i % 2]!, 'alice', 'POST', '/v2/search', { query: word, types: ['messages'] })
-      t.equal(found.body?.results?.length, 1, `${label}: found`)
+    const insertPosition = async () => String((await cluster.onPrimary('SELECT pg_current_wal_insert_lsn()::text AS lsn'))[0]!.lsn)
+    for (let attempt = 1; ; attempt++) {
+      const word = `idle${run}n${n++}`
+      t.equal((await call(a, 'alice', 'POST', '/v2/message', { recipient: 'bob', body: word })).status, 200)
+      await cluster.onPrimary('SELECT pg_switch_wal()')
+      const idleFrom = await insertPosition()
+      // No writes now: wait for both instances' probes to find the replica up.
+      await until(async () => {
+        const texts = await Promise.all(servers.map(async (s) => (await fetch(`${s.url}/metrics`)).text()))
+        return texts.every((text) => /^parley_replica_up 1$/m.test(text))
+      }, { timeoutMs: 15_000, intervalMs: 50, message: `${label}: the replica up on both instances` })
+      const before = (await replicaReads(servers))['replica:caught_up'] ?? 0
+      let found = 0
+      for (let i = 0; i < 10; i++) {
+        const reply = await call(servers[i % 2]!, 'alice', 'POST', '/v2/search', { query: word, types: ['messages'] })
+        if (reply.body?.results?.length === 1) found++
+      }
+      const served = ((await replicaReads(servers))['replica:caught_up'] ?? 0) - before
+      // Wherever they ran, idle or not, every read saw the caller's write.
+      t.equal(found, 10, `${label}: every read found the message (try ${attempt})`)
+      const idle = await insertPosition() === idleFrom
+      if (!idle && attempt < 3) {
+        t.comment(`${label}: the primary wrote WAL during try ${attempt} (${served} of 10 served by the replica); again`)
+        continue
+      }
+      t.ok(idle, `${label}: the primary stayed idle from the switch to the last read (try ${attempt})`)
+      t.equal(served, 10, `${label}: an idle primary at a segment's start is not ahead of a replica that replayed it all`)
+      return
     }
-    const served = ((await replicaReads(servers))['replica:caught_up'] ?? 0) - before
-    t.equal(served, 10, `${label}: an idle primary at a segment's start is not ahead of a replica that replayed it all`)
   }
   await idleAtSegmentStart('synchronous commit')
 
@@ -290,7 +309,11 @@ t.test('a read replica serves reads that may lag, never less than the caller wro
   await idleAtSegmentStart('asynchronous commit')
   await cluster.onPrimary('ALTER SYSTEM RESET synchronous_commit', 'SELECT pg_reload_conf()')
 
-  const metrics = await (await fetch(`${a.url}/metrics`)).text()
+  // A read that found the replica behind (asynchronous commit's cost) leaves it skipped until
+  // the next probe, a quarter of a second later.
+  let metrics = ''
+  await until(async () => /^parley_replica_up 1$/m.test(metrics = await (await fetch(`${a.url}/metrics`)).text()),
+    { timeoutMs: 15_000, intervalMs: 50, message: 'the replica up again in /metrics' })
   t.match(metrics, /^parley_replica_up 1$/m, 'the replica is up again in /metrics')
   t.match(metrics, /^parley_replica_lag_bytes \d+$/m, 'and its lag in bytes')
   t.match(metrics, /^parley_replica_lag_seconds [0-9.e+-]+$/m, 'and in seconds')

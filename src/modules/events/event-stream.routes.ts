@@ -1,17 +1,18 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from 'typebox'
-import type { Db } from '../../db/client.js'
 import { RateLimited, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
-import { createEventsRepository, toEvent } from './events.repository.js'
+import { toEvent } from './events.repository.js'
+import type { FeedReads } from './feed-reads.js'
 import type { FeedWaiting } from './feed-waiting.js'
 import { MAX_ANSWER_BYTES } from './events.routes.js'
 import { EVENT_ID, EventId } from './events.schemas.js'
 
 export interface EventStreamRoutesOptions {
-  db: Db
+  /** Reads of the feed, gathered with other connections' (shared with GET /events). */
+  feedReads: FeedReads
   /** Waits on the feed, and their places per API key (streams and long-polls): shared with GET /events. */
   feed: FeedWaiting
   heartbeatMs: number
@@ -31,9 +32,7 @@ const StreamQuery = Type.Object({
   after: Type.Optional(EventId({ description: 'Stream events with a greater id; the Last-Event-ID header wins' }))
 })
 
-export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { db, feed, heartbeatMs }) => {
-  const events = createEventsRepository(db)
-
+export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptions> = async (app, { feedReads, feed, heartbeatMs }) => {
   app.get('/events/stream', {
     config: { admission: 'none' },
     schema: {
@@ -135,7 +134,7 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
       // The read carries the key's check (the same statement), so nothing committed after a
       // revocation goes out, however fresh the authenticator's cache thought the key; the
       // key watch then closes the stream.
-      const rows = await events.page(me, after, PAGE, MAX_ANSWER_BYTES, keyId).finally(leave)
+      const rows = await feedReads.page({ address: me, after, limit: PAGE, maxBytes: MAX_ANSWER_BYTES, keyId }).finally(leave)
       return rows.length > 0 ? rows : undefined
     }
 

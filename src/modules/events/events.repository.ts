@@ -1,6 +1,6 @@
-import { and, asc, eq, getTableColumns, gt, inArray, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type Placeholder, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { queryRows } from '../../db/rows.js'
+import { queryRows, queryShaped } from '../../db/rows.js'
 import { keyMayRead } from '../keys/keys.repository.js'
 import { openJson, record, sealJson } from '../../sealing/records.js'
 import type { Event, EventData, EventType } from './events.schemas.js'
@@ -69,7 +69,7 @@ export function toEvent (row: EventRow): Event {
 const EVENT_OVERHEAD_BYTES = 128
 
 /** Whether key `keyId` (an id, or a column naming one) acknowledged the event row in scope: up to its mark, or by id past it. */
-function ackedBy (keyId: string | SQL): SQL {
+function ackedBy (keyId: string | SQL | Placeholder): SQL {
   return sql`(${events.seq} <= coalesce((SELECT ${keyFeeds.ackedThrough} FROM ${keyFeeds} WHERE ${keyFeeds.keyId} = ${keyId}), 0)
     OR EXISTS (SELECT 1 FROM ${eventAcks} WHERE ${eventAcks.keyId} = ${keyId} AND ${eventAcks.seq} = ${events.seq}))`
 }
@@ -78,7 +78,7 @@ function ackedBy (keyId: string | SQL): SQL {
  * Rows of one feed that a reader may see: not taken by the service (the bot's queue), not
  * lapsed, and, for a key, not acknowledged by that key (each key's acknowledgement is its own).
  */
-const visible = (address: string, keyId?: string) => and(
+const visible = (address: string | Placeholder | SQL, keyId?: string | Placeholder | SQL) => and(
   eq(events.address, address),
   isNull(events.ackedAt),
   or(isNull(events.expiresAt), gt(events.expiresAt, sql`now()`)),
@@ -125,6 +125,91 @@ export function takeFeedIds (recipients: SQL): SQL {
       WHERE users.address = g.address AND (SELECT count(*) FROM locked) >= 0
       RETURNING users.address, users.event_seq, g.n
     )`
+}
+
+/** What a page read is given: each a value's placeholder, or a column of the relation it is read for. */
+interface PageInputs {
+  address: Placeholder | SQL
+  after: Placeholder | SQL
+  limit: Placeholder | SQL
+  maxBytes: Placeholder | SQL
+  keyId?: Placeholder | SQL
+}
+
+/**
+ * A page read's statement (events.page(), one read of FeedReads' batch): up to `limit` visible
+ * events after `after`, cut short once they hold `maxBytes` as JSON.
+ */
+function pageStatement ({ address, after, limit, maxBytes, keyId }: PageInputs): SQL {
+  const stored = sql`pg_column_size(${events.data}) + ${EVENT_OVERHEAD_BYTES}`
+  const candidates = sql`SELECT ${events.address}, ${events.seq}, ${events.type}, ${events.data}, ${events.sealedBy}, ${events.messageId},
+      ${events.createdAt}, ${events.expiresAt}, ${events.ackedAt}, sum(${stored}) OVER (ORDER BY ${events.seq}) - (${stored}) AS stored_before
+    FROM ${events}
+    WHERE ${and(visible(address, keyId), gt(events.seq, after), keyId === undefined ? undefined : keyMayRead(keyId, address))}
+    ORDER BY ${events.seq} LIMIT ${limit}`
+  const text = sql`octet_length(c.data::text) + ${EVENT_OVERHEAD_BYTES}`
+  return sql`SELECT address, seq, type, data, sealed_by, message_id, created_at, expires_at, acked_at
+    FROM (SELECT c.*, sum(${text}) OVER (ORDER BY c.seq) - (${text}) AS before
+      FROM (${candidates}) c WHERE c.stored_before < ${maxBytes}) sized
+    WHERE before < ${maxBytes} ORDER BY seq`
+}
+
+/** events.page()'s statement, values as placeholders (address, after, limit, maxBytes, keyId). */
+const onePage = (withKey: boolean): SQL => pageStatement({
+  address: sql.placeholder('address'),
+  after: sql.placeholder('after'),
+  limit: sql.placeholder('limit'),
+  maxBytes: sql.placeholder('maxBytes'),
+  keyId: withKey ? sql.placeholder('keyId') : undefined
+})
+
+/**
+ * Many keyed page reads in one statement (events.pages()): one row of arrays per read, each
+ * read's page as events.page() would find it, its rows tagged with the read's place (`read`, from 1).
+ * No ORDER BY over the whole answer: it could sort up to 32 pages (work_mem, then disk) for an
+ * order pages() restores per read.
+ */
+const manyPages = (): SQL => sql`SELECT r.i AS read, p.* FROM unnest(${sql.placeholder('addresses')}::text[], ${sql.placeholder('afters')}::bigint[],
+    ${sql.placeholder('limits')}::int[], ${sql.placeholder('maxBytes')}::int[], ${sql.placeholder('keyIds')}::text[])
+    WITH ORDINALITY AS r(address, after, lim, max_bytes, key_id, i)
+  CROSS JOIN LATERAL (${pageStatement({ address: sql`r.address`, after: sql`r.after`, limit: sql`r.lim`, maxBytes: sql`r.max_bytes`, keyId: sql`r.key_id` })}) p`
+
+/** One keyed read of a feed, for events.pages(): events.page()'s arguments. */
+export interface PageRead {
+  address: string
+  after: number
+  limit: number
+  maxBytes: number
+  keyId: string
+}
+
+/** An events row as the driver gives it from raw SQL: times as text, seq as text (or a bigint). */
+interface RawEventRow {
+  address: string
+  seq: string | number | bigint
+  type: string
+  data: unknown
+  sealed_by: string | null
+  message_id: string | null
+  created_at: string | Date
+  expires_at: string | Date | null
+  acked_at: string | Date | null
+}
+
+const dateOf = (value: string | Date): Date => value instanceof Date ? value : new Date(value)
+
+function eventRowOf (raw: RawEventRow): EventRow {
+  return {
+    address: raw.address,
+    seq: Number(raw.seq),
+    type: raw.type,
+    data: raw.data,
+    sealedBy: raw.sealed_by,
+    messageId: raw.message_id,
+    createdAt: dateOf(raw.created_at),
+    expiresAt: raw.expires_at === null ? null : dateOf(raw.expires_at),
+    ackedAt: raw.acked_at === null ? null : dateOf(raw.acked_at)
+  }
 }
 
 export function createEventsRepository (db: Db) {
@@ -205,21 +290,32 @@ export function createEventsRepository (db: Db) {
      * is never returned for the revoked key, whatever the key cache believes.
      */
     async page (address: string, after: number, limit: number, maxBytes: number, keyId?: string): Promise<EventRow[]> {
-      const stored = sql`pg_column_size(${events.data}) + ${EVENT_OVERHEAD_BYTES}`
-      const candidates = db.select({ ...getTableColumns(events), storedBefore: sql<number>`sum(${stored}) OVER (ORDER BY ${events.seq}) - ${stored}`.as('stored_before') })
-        .from(events)
-        .where(and(visible(address, keyId), gt(events.seq, after), keyId === undefined ? undefined : keyMayRead(keyId)))
-        .orderBy(asc(events.seq))
-        .limit(limit)
-        .as('candidates')
-      const { storedBefore: _stored, ...columns } = candidates._.selectedFields
-      const text = sql`octet_length(${candidates.data}::text) + ${EVENT_OVERHEAD_BYTES}`
-      const sized = db.select({ ...columns, before: sql<number>`sum(${text}) OVER (ORDER BY ${candidates.seq}) - ${text}`.as('before') })
-        .from(candidates)
-        .where(lt(candidates.storedBefore, maxBytes))
-        .as('sized')
-      const { before: _before, ...kept } = sized._.selectedFields
-      return db.select(kept).from(sized).where(lt(sized.before, maxBytes)).orderBy(asc(sized.seq))
+      // Built once per shape (with a key's check or without), values as parameters: building
+      // it anew through the query builder was a fifth of a server's CPU under 5,000 streams and
+      // long-polls, each wake-up a read (bench:connections' profile).
+      const rows = await queryShaped<RawEventRow>(db, keyId === undefined ? 'events.page' : 'events.page.key', () => onePage(keyId !== undefined),
+        { address, after, limit, maxBytes, keyId })
+      return rows.map(eventRowOf)
+    },
+
+    /**
+     * page() for each of `reads` (each with its key's check), in one statement: what one NOTIFY
+     * wakes (a group's members, every stream of a user) reads its feeds together (feed-reads.ts).
+     * Answers each read's rows, in the order of `reads`.
+     */
+    async pages (reads: readonly PageRead[]): Promise<EventRow[][]> {
+      const found = await queryShaped<RawEventRow & { read: string | number }>(db, 'events.pages', manyPages, {
+        addresses: reads.map((r) => r.address),
+        afters: reads.map((r) => r.after),
+        limits: reads.map((r) => r.limit),
+        maxBytes: reads.map((r) => r.maxBytes),
+        keyIds: reads.map((r) => r.keyId)
+      })
+      const answers: EventRow[][] = reads.map(() => [])
+      for (const row of found) answers[Number(row.read) - 1]!.push(eventRowOf(row))
+      // Each read's rows in id order (they come so; the statement does not promise it).
+      for (const rows of answers) rows.sort((a, b) => a.seq - b.seq)
+      return answers
     },
 
     /**

@@ -7,6 +7,7 @@ import { principalOf } from '../../plugins/auth.js'
 import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
+import type { FeedReads } from './feed-reads.js'
 import type { FeedWaiting } from './feed-waiting.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
@@ -26,9 +27,11 @@ export interface EventsRoutesOptions {
   metrics: Metrics
   /** Waits on the feed, and their places per API key: shared with GET /events/stream. */
   feed: FeedWaiting
+  /** Reads of the feed on the primary, gathered with other connections' (shared with GET /events/stream). */
+  feedReads: FeedReads
 }
 
-export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, reads, metrics, feed }) => {
+export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = async (app, { db, reads, metrics, feed, feedReads }) => {
   const events = createEventsRepository(db)
   let waiting = 0
   metrics.gauge('parley_long_polls_open', 'GET /v2/events requests holding a waiting place: waiting for an event, or reading the feed between waits', () => [{ value: waiting }])
@@ -64,7 +67,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
         if (mayLag && reads !== undefined) {
           return await reads.run((replica) => createEventsRepository(replica).page(me, after, limit, MAX_ANSWER_BYTES, keyId), { arrivedAt: arrivalOf(reply) })
         }
-        return await events.page(me, after, limit, MAX_ANSWER_BYTES, keyId)
+        return await feedReads.page({ address: me, after, limit, maxBytes: MAX_ANSWER_BYTES, keyId })
       } finally {
         leave()
       }

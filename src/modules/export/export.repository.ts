@@ -1,4 +1,4 @@
-import { asc, inArray, sql } from 'drizzle-orm'
+import { asc, inArray, sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { queryRows } from '../../db/rows.js'
 import { openText, record } from '../../sealing/records.js'
@@ -9,6 +9,9 @@ import { metadata } from '../metadata/metadata.table.js'
 
 /** Where a page of the user's sent messages starts: after this message (their order is time, then id). */
 export interface SentAfter { createdAt: Date, id: string }
+
+/** A message's place in the export's order, without its content (the files' pass reads only this). */
+export interface MessagePlace { id: string, createdAt: Date }
 
 /** A message delivered to the user, with the user's own delivery status. */
 export type ReceivedFields = MessageFields & { status: 'sent' | 'delivered' | 'read' }
@@ -21,6 +24,11 @@ export interface ExportedFile { messageId: string, n: number, filename: string, 
 
 const asDate = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
 
+const MESSAGE_COLUMNS = sql`m.id, m.sender, m.recipient, m.body, m.sealed_by, m.created_at, m.edited_at, m.reply_to`
+const PLACE_COLUMNS = sql`m.id, m.created_at`
+interface PlaceColumns { id: string, created_at: Date | string }
+const placeOf = (row: PlaceColumns): MessagePlace => ({ id: row.id, createdAt: asDate(row.created_at) })
+
 /** An ISO 8601 UTC time with milliseconds, as the API writes them, from SQL. */
 const isoText = (column: ReturnType<typeof sql>) => sql`to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 
@@ -31,6 +39,19 @@ const isoText = (column: ReturnType<typeof sql>) => sql`to_char(${column} AT TIM
  * (no snapshot: db/snapshot.ts) what arrives meanwhile is left out.
  */
 export function createExportRepository (db: Db) {
+  /** A page of the messages `address` sent, by (created_at, id). */
+  const sent = async <T>(columns: SQL, address: string, until: Date, after: SentAfter | undefined, limit: number) => queryRows<T>(db, sql`
+    SELECT ${columns} FROM messages m
+    WHERE m.sender = ${address} AND m.created_at <= ${until.toISOString()}::timestamptz
+      AND ${after === undefined ? sql`TRUE` : sql`(m.created_at, m.id) > (${after.createdAt.toISOString()}::timestamptz, ${after.id})`}
+    ORDER BY m.created_at, m.id LIMIT ${limit}`)
+  /** A page of the messages delivered to `address` by others and not hidden, by message id. */
+  const received = async <T>(columns: SQL, address: string, until: Date, afterId: string | undefined, limit: number) => queryRows<T>(db, sql`
+    SELECT ${columns} FROM deliveries d JOIN messages m ON m.id = d.message_id
+    WHERE d.recipient = ${address} AND d.hidden_at IS NULL AND m.sender <> ${address}
+      AND m.created_at <= ${until.toISOString()}::timestamptz
+      AND ${afterId === undefined ? sql`TRUE` : sql`d.message_id > ${afterId}`}
+    ORDER BY d.message_id LIMIT ${limit}`)
   return {
     /** The database's time: in a snapshot, its start. */
     async now (): Promise<Date> {
@@ -48,24 +69,23 @@ export function createExportRepository (db: Db) {
     },
 
     async sentPage (address: string, until: Date, after: SentAfter | undefined, limit: number): Promise<MessageFields[]> {
-      const rows = await queryRows<MessageColumns>(db, sql`
-        SELECT id, sender, recipient, body, sealed_by, created_at, edited_at, reply_to FROM messages
-        WHERE sender = ${address} AND created_at <= ${until.toISOString()}::timestamptz
-          AND ${after === undefined ? sql`TRUE` : sql`(created_at, id) > (${after.createdAt.toISOString()}::timestamptz, ${after.id})`}
-        ORDER BY created_at, id LIMIT ${limit}`)
-      return rows.map(messageFieldsOf)
+      return (await sent<MessageColumns>(MESSAGE_COLUMNS, address, until, after, limit)).map(messageFieldsOf)
+    },
+
+    /** sentPage's messages, their places only: no body read, none opened. */
+    async sentPlaces (address: string, until: Date, after: SentAfter | undefined, limit: number): Promise<MessagePlace[]> {
+      return (await sent<PlaceColumns>(PLACE_COLUMNS, address, until, after, limit)).map(placeOf)
     },
 
     /** Delivered to `address` by others and not hidden, in message-id order. */
     async receivedPage (address: string, until: Date, afterId: string | undefined, limit: number): Promise<ReceivedFields[]> {
-      const rows = await queryRows<MessageColumns & { status: ReceivedFields['status'] }>(db, sql`
-        SELECT m.id, m.sender, m.recipient, m.body, m.sealed_by, m.created_at, m.edited_at, m.reply_to, d.status
-        FROM deliveries d JOIN messages m ON m.id = d.message_id
-        WHERE d.recipient = ${address} AND d.hidden_at IS NULL AND m.sender <> ${address}
-          AND m.created_at <= ${until.toISOString()}::timestamptz
-          AND ${afterId === undefined ? sql`TRUE` : sql`d.message_id > ${afterId}`}
-        ORDER BY d.message_id LIMIT ${limit}`)
+      const rows = await received<MessageColumns & { status: ReceivedFields['status'] }>(sql`${MESSAGE_COLUMNS}, d.status`, address, until, afterId, limit)
       return rows.map((row) => ({ ...messageFieldsOf(row), status: row.status }))
+    },
+
+    /** receivedPage's messages, their places only. */
+    async receivedPlaces (address: string, until: Date, afterId: string | undefined, limit: number): Promise<MessagePlace[]> {
+      return (await received<PlaceColumns>(PLACE_COLUMNS, address, until, afterId, limit)).map(placeOf)
     },
 
     /** Each message's recipients and statuses, one JSON list per message (aggregated in SQL: a group's 1,000 rows are one value). */

@@ -4,6 +4,7 @@ import { finished } from 'node:stream/promises'
 import type { ZipFile } from 'yazl'
 import type { Database, Db } from '../../db/client.js'
 import { readSnapshot } from '../../db/snapshot.js'
+import { giveTheLoopATurn } from '../../db/turns.js'
 import { RateLimited } from '../../errors.js'
 import { audited, type AuditSource } from '../audit/audit.service.js'
 import { CHUNK_BYTES, createAttachmentChunksRepository } from '../messages/attachment-chunks.repository.js'
@@ -15,7 +16,7 @@ import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createRosterRepository, toRosterEntry } from '../roster/roster.repository.js'
 import { toAdminUser, createUsersRepository } from '../users/users.repository.js'
 import { createWebhooksRepository, toWebhook } from '../webhooks/webhooks.repository.js'
-import { createExportRepository, type ExportRepository, type ReceivedFields, type SentAfter } from './export.repository.js'
+import { createExportRepository, type ExportRepository, type MessagePlace, type ReceivedFields } from './export.repository.js'
 
 /** Ends an archive's output short (yazl's outputStream is a PassThrough; its types say only ReadableStream). */
 export function cutArchive (zip: ZipFile, err?: Error): void {
@@ -192,42 +193,40 @@ export function archivePath (messageId: string, n: number, filename: string): st
   return `attachments/${messageId}/${n}-${safe === '' ? 'file' : safe}`
 }
 
-/** A message the user may read, and its own status when it received it (none: it sent it). */
-interface ReadableMessage { row: MessageFields, status?: ReceivedFields['status'] }
+/** Reads one half of the user's messages a page at a time, after the last one it gave. */
+type PageReader<T> = (after: T | undefined) => Promise<T[]>
 
 /**
  * Both halves of the user's messages, sent and received, each read a page at a time from its
- * own index and merged in the order they were sent; yielded in batches of up to PAGE.
+ * own index and merged in the order they were sent; yielded in batches of up to PAGE, each
+ * message marked with the half it came from.
  */
-async function * readableMessages (repo: ExportRepository, address: string, until: Date): AsyncGenerator<ReadableMessage[]> {
-  let sentAfter: SentAfter | undefined
-  let receivedAfter: string | undefined
-  let sent: MessageFields[] = []
-  let received: ReceivedFields[] = []
+async function * readableMessages<S extends MessagePlace, R extends MessagePlace> (
+  readSent: PageReader<S>, readReceived: PageReader<R>
+): AsyncGenerator<({ sent: S } | { received: R })[]> {
+  let sent: S[] = []
+  let received: R[] = []
+  let lastSent: S | undefined
+  let lastReceived: R | undefined
   let sentDone = false
   let receivedDone = false
-  let batch: ReadableMessage[] = []
+  let batch: ({ sent: S } | { received: R })[] = []
   for (;;) {
     if (sent.length === 0 && !sentDone) {
-      sent = await repo.sentPage(address, until, sentAfter, PAGE)
+      sent = await readSent(lastSent)
       sentDone = sent.length < PAGE
-      const last = sent[sent.length - 1]
-      if (last !== undefined) sentAfter = { createdAt: last.createdAt, id: last.id }
+      lastSent = sent[sent.length - 1] ?? lastSent
     }
     if (received.length === 0 && !receivedDone) {
-      received = await repo.receivedPage(address, until, receivedAfter, PAGE)
+      received = await readReceived(lastReceived)
       receivedDone = received.length < PAGE
-      receivedAfter = received[received.length - 1]?.id ?? receivedAfter
+      lastReceived = received[received.length - 1] ?? lastReceived
     }
     const s = sent[0]
     const r = received[0]
     if (s === undefined && r === undefined) break
     const takeSent = r === undefined || (s !== undefined && (s.createdAt < r.createdAt || (s.createdAt.getTime() === r.createdAt.getTime() && s.id < r.id)))
-    if (takeSent) batch.push({ row: sent.shift()! })
-    else {
-      const { status, ...row } = received.shift()!
-      batch.push({ row, status })
-    }
+    batch.push(takeSent ? { sent: sent.shift()! } : { received: received.shift()! })
     if (batch.length === PAGE) {
       yield batch
       batch = []
@@ -238,33 +237,49 @@ async function * readableMessages (repo: ExportRepository, address: string, unti
 
 async function * messageLines (reader: Db, repo: ExportRepository, address: string, until: Date): AsyncGenerator<string> {
   const messages = createMessagesRepository(reader)
-  for await (const batch of readableMessages(repo, address, until)) {
-    const ids = batch.map((m) => m.row.id)
-    const views = await messages.viewMany(batch.map((m) => m.row), address)
-    const statuses = await repo.statuses(batch.filter((m) => m.status === undefined).map((m) => m.row.id))
+  const pages = readableMessages<MessageFields, ReceivedFields>(
+    async (after) => repo.sentPage(address, until, after, PAGE),
+    async (after) => repo.receivedPage(address, until, after?.id, PAGE))
+  for await (const batch of pages) {
+    const rows = batch.map((m) => 'sent' in m ? m.sent : m.received)
+    const ids = rows.map((row) => row.id)
+    const views = await messages.viewMany(rows, address)
+    const statuses = await repo.statuses(batch.flatMap((m) => 'sent' in m ? [m.sent.id] : []))
     const metadata = await repo.metadataOf(ids)
     let text = ''
-    batch.forEach(({ row, status }, i) => {
+    batch.forEach((m, i) => {
+      const row = rows[i]!
       const view = views[i]!
       const line: ExportedMessage = {
         ...view,
         attachments: view.attachments.map((a) => ({ ...a, file: archivePath(row.id, a.index, a.filename) })),
-        ...(status === undefined ? { recipients: statuses.get(row.id) ?? [] } : { status }),
+        ...('sent' in m ? { recipients: statuses.get(row.id) ?? [] } : { status: m.received.status }),
         ...(metadata.has(row.id) ? { metadata: metadata.get(row.id)! } : {})
       }
       text += JSON.stringify(line) + '\n'
     })
     yield text
+    await giveTheLoopATurn()
   }
 }
 
-/** The files of every message the export lists, in the same order, read again page by page. */
+/**
+ * The files of every message the export lists, in the same order, the messages read again page
+ * by page: their places only (no body read or opened a second time, and a page held across a
+ * file's whole download is a few kilobytes).
+ */
 async function * filesOf (repo: ExportRepository, address: string, until: Date) {
-  for await (const batch of readableMessages(repo, address, until)) {
-    const created = new Map(batch.map(({ row }) => [row.id, row.createdAt]))
-    for (const file of await repo.files(batch.map(({ row }) => row.id))) {
+  const pages = readableMessages<MessagePlace, MessagePlace>(
+    async (after) => repo.sentPlaces(address, until, after, PAGE),
+    async (after) => repo.receivedPlaces(address, until, after?.id, PAGE))
+  for await (const batch of pages) {
+    const places = batch.map((m) => 'sent' in m ? m.sent : m.received)
+    const created = new Map(places.map((m) => [m.id, m.createdAt]))
+    for (const file of await repo.files(places.map((m) => m.id))) {
       yield { ...file, path: archivePath(file.messageId, file.n, file.filename), createdAt: created.get(file.messageId)! }
     }
+    // A user of many messages and few files: pages read one after another, with nothing written.
+    await giveTheLoopATurn()
   }
 }
 
@@ -282,5 +297,6 @@ async function * fileBytes (chunks: ReturnType<typeof createAttachmentChunksRepo
     if (chunk === undefined || piecesLength(chunk) !== length) throw new Error(`attachment ${uploadId} lost bytes ${at}..${at + length} during the export`)
     yield * chunk
     at += length
+    await giveTheLoopATurn()
   }
 }

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, or, sql, type Placeholder, type SQL } from 'drizzle-orm'
 import type { TimeCursor } from '../../cursors.js'
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
@@ -65,12 +65,13 @@ function acceptedWith (scope: 'read' | 'admin'): SQL | undefined {
 const acceptedForReading = acceptedWith('read')
 
 /**
- * A condition true while key `keyId` may read its feed (readable() for one key), for a read of
- * the feed to carry: in the same statement, so a snapshot that sees an event committed after a
- * revocation sees the revocation too.
+ * A condition true while key `keyId` may read `address`'s feed (readable() for one key, and the
+ * feed its user's), for a read of the feed to carry: in the same statement, so a snapshot that
+ * sees an event committed after a revocation sees the revocation too.
  */
-export function keyMayRead (keyId: string): SQL {
-  return sql`EXISTS (SELECT 1 FROM ${apiKeys} INNER JOIN ${users} ON ${users.address} = ${apiKeys.address} WHERE ${apiKeys.id} = ${keyId} AND ${acceptedForReading})`
+export function keyMayRead (keyId: string | Placeholder | SQL, address: string | Placeholder | SQL): SQL {
+  return sql`EXISTS (SELECT 1 FROM ${apiKeys} INNER JOIN ${users} ON ${users.address} = ${apiKeys.address}
+    WHERE ${apiKeys.id} = ${keyId} AND ${apiKeys.address} = ${address} AND ${acceptedForReading})`
 }
 
 export function createKeysRepository (db: Db) {

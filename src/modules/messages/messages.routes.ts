@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { piecesBetween } from '../../sealing/pieces.js'
 import { Type } from 'typebox'
 import type { Db } from '../../db/client.js'
+import { giveTheLoopATurn } from '../../db/turns.js'
 import type { Metrics } from '../../metrics.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { principalOf } from '../../plugins/auth.js'
@@ -313,5 +314,6 @@ async function * streamChunks (store: AttachmentChunksRepository, uploadId: stri
     if (chunk === undefined) throw new Error(`attachment ${uploadId} lost chunk ${seq} mid-download`)
     const offset = seq * CHUNK_BYTES
     yield * piecesBetween(chunk, Math.max(0, start - offset), end - offset + 1)
+    await giveTheLoopATurn()
   }
 }

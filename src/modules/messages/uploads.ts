@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
-import { setImmediate } from 'node:timers/promises'
 import type { MultipartFile } from '@fastify/multipart'
+import { giveTheLoopATurn } from '../../db/turns.js'
 import { newId } from '../../ids.js'
 import { uploaded, type UploadedFile } from './uploaded-file.js'
 
@@ -44,11 +44,8 @@ export async function readUpload (part: MultipartFile, sink: UploadSink, chunkBy
     storing.writes++
     try {
       await sink.stage(uploadId, seq++, Buffer.from(all.subarray(0, upTo)))
-      // A turn of the event loop between chunks. With the embedded database (in this process)
-      // a chunk's insert resolves without any I/O, and the socket usually has the next chunk
-      // buffered: the whole upload would then run as one chain of microtasks, and no other
-      // request could even be read until it ended (an event-loop lag of ~100 ms at 10 x 8 MiB).
-      await setImmediate()
+      // The socket usually has the next chunk buffered already (db/turns.ts).
+      await giveTheLoopATurn()
     } finally {
       storing.writes--
     }

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
-import { loggableError } from '../../db/errors.js'
+import { loggableError, sqlState } from '../../db/errors.js'
 import { createSettingsRepository } from '../../db/settings.repository.js'
 import { transaction } from '../../db/transaction.js'
 import { rest } from '../../rest.js'
@@ -15,6 +15,8 @@ import { createWebhooksRepository } from '../webhooks/webhooks.repository.js'
 const EVERY_MS = 10 * 60 * 1000
 // "parley retention": one instance at a time does the sweep.
 const RETENTION_LOCK_KEY = 0x70726574
+/** SQLSTATE of a lock wait past its lock_timeout. */
+const LOCK_NOT_AVAILABLE = '55P03'
 /** Audit entries deleted per statement (and transaction): a backlog goes in steps, never in one long delete. */
 export const AUDIT_PURGE_BATCH = 1000
 /** AUDIT_RETENTION_DAYS' default, for callers without a configuration. */
@@ -76,48 +78,65 @@ export async function purgeExpired (
   // The rest of an audit backlog (a first sweep, a shortened AUDIT_RETENTION_DAYS) a batch per
   // transaction, by the instance that claimed this sweep, each under the same lock, so another
   // instance's sweep never overlaps it: many short deletes rather than one long one.
-  for (let last = swept.auditEntries; last === AUDIT_PURGE_BATCH;) {
-    last = await underLock(db, async (tx) => createAuditRepository(tx).purge(auditRetentionDays, AUDIT_PURGE_BATCH)) ?? 0
+  for (let last = swept.auditEntries; last === AUDIT_PURGE_BATCH && options.signal?.aborted !== true;) {
+    last = (await underLock(db, async (tx) => createAuditRepository(tx).purge(auditRetentionDays, AUDIT_PURGE_BATCH), options.signal))?.done ?? 0
     swept.auditEntries += last
   }
   swept.messages = await purgeMessages(db, options)
   return swept
 }
 
-/** `work` in a transaction holding the retention lock; undefined without doing it when another sweep holds the lock. */
-async function underLock (db: Db, work: (tx: Db) => Promise<number>): Promise<number | undefined> {
-  return transaction(db, async (tx) => await createSettingsRepository(tx).tryLock(RETENTION_LOCK_KEY) ? work(tx) : undefined)
-}
-
-/** Tries at the lock a purge batch makes before it leaves the backlog to whoever holds it, LOCK_RETRY_MS apart. */
-const LOCK_TRIES = 10
+/** How long a batch waits for the retention lock, and how many such waits before it leaves the work to whoever holds it. */
+const LOCK_WAIT_MS = 2_000
+const LOCK_TRIES = 3
 const LOCK_RETRY_MS = 100
+const READ_COMMITTED = { isolationLevel: 'read committed' } as const
+
+/**
+ * `work` in a transaction holding the retention lock, waiting for it: another instance's sweep
+ * checking its claim holds it for a moment, and a purge under way must not stop for that (its
+ * backlog would wait a whole period). Undefined without doing the work only when the lock stayed
+ * held through LOCK_TRIES waits of LOCK_WAIT_MS (another instance purging: it goes on), or
+ * `signal` stopped the tries. Read committed whatever the database's default: under repeatable
+ * read a batch that waited would work from a snapshot taken before the previous holder's
+ * commit, and fail on the rows it had deleted. Answers what `work` did and how long it took,
+ * the wait not counted.
+ */
+async function underLock (db: Db, work: (tx: Db) => Promise<number>, signal?: AbortSignal): Promise<{ done: number, ms: number } | undefined> {
+  for (let tries = 1; ; tries++) {
+    let locked = false
+    try {
+      return await transaction(db, async (tx) => {
+        await createSettingsRepository(tx).lock(RETENTION_LOCK_KEY, LOCK_WAIT_MS)
+        locked = true
+        const started = performance.now()
+        const done = await work(tx)
+        return { done, ms: performance.now() - started }
+      }, READ_COMMITTED)
+    } catch (err) {
+      // A lock_timeout of the work's own (an operator's default) is the work's failure, not a busy lock.
+      if (locked || sqlState(err) !== LOCK_NOT_AVAILABLE) throw err
+      if (tries >= LOCK_TRIES || signal?.aborted === true) return undefined
+      await rest(LOCK_RETRY_MS, signal)
+    }
+  }
+}
 
 /**
  * Messages past their retention, MESSAGE_PURGE_BATCH a transaction, each under the retention
  * lock (so two instances never purge at once, and never the same message), until a batch comes
  * back short: the backlog is done, or a batch skipped messages other work held (the next sweep
- * takes them); or until another sweep holds the lock through LOCK_TRIES tries (it goes on). A kill between batches, or the
+ * takes them); or until another sweep keeps the lock (underLock). A kill between batches, or the
  * batch limit, leaves the rest to the next sweep: every batch selects by age afresh.
  */
 async function purgeMessages (db: Db, options: RetentionOptions): Promise<number> {
   let total = 0
-  for (let batches = 0, misses = 0; batches < (options.maxMessageBatches ?? Infinity) && options.signal?.aborted !== true; batches++) {
-    const started = performance.now()
-    const purged = await underLock(db, async (tx) => purgeExpiredMessages(tx, options.messageRetentionDays, MESSAGE_PURGE_BATCH))
-    if (purged === undefined) {
-      // Another instance's sweep checking its claim holds the lock for a moment: a purge under
-      // way must not stop for it (its backlog would wait a whole period). Only a lock held
-      // through every try (another instance purging: it goes on with the backlog) ends this one.
-      if (++misses >= LOCK_TRIES) break
-      batches--
-      await rest(LOCK_RETRY_MS, options.signal)
-      continue
-    }
-    misses = 0
-    total += purged
-    if (purged < MESSAGE_PURGE_BATCH) break
-    if (options.rest === true) await rest(Math.min(MAX_REST_MS, performance.now() - started), options.signal)
+  for (let batches = 0; batches < (options.maxMessageBatches ?? Infinity) && options.signal?.aborted !== true; batches++) {
+    const batch = await underLock(db, async (tx) => purgeExpiredMessages(tx, options.messageRetentionDays, MESSAGE_PURGE_BATCH), options.signal)
+    if (batch === undefined) break
+    total += batch.done
+    if (batch.done < MESSAGE_PURGE_BATCH) break
+    if (options.rest === true) await rest(Math.min(MAX_REST_MS, batch.ms), options.signal)
   }
   return total
 }

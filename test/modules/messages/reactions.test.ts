@@ -163,3 +163,17 @@ t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystan
   t.same([...new Set(loaded.map((r) => r.status))], [200], 'every bystander send answered 200')
   t.ok(measured < bound, `bystander p99 ${measured.toFixed(0)} ms < ${bound.toFixed(0)} ms`)
 })
+
+t.test('an event\'s data reaches every feed as written, whatever characters it holds', async (t) => {
+  const { as } = await build(t)
+  const alice = await as('alice')
+  const bob = await as('bob')
+  const carol = await as('carol')
+  const group = (await alice.post('/v2/group', { name: 'quotes', members: ['bob', 'carol'] })).json().id as string
+  const id = (await alice.post('/v2/message', { recipient: group, body: 'escapes' })).json().id as string
+  const odd = ['"\\{},NULL', '\'"\'', '🏳️‍🌈\\"', 'NULL']
+  for (const emoji of odd) t.equal((await bob.put(`/v2/message/${id}/reactions/${encodeURIComponent(emoji)}`)).statusCode, 204, emoji)
+  for (const reader of [alice, carol]) {
+    t.same((await feed(reader, 'message.reaction')).map((e) => e.data.emoji), odd, 'each emoji as it was sent')
+  }
+})
