@@ -1,12 +1,27 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Database } from '../../src/db/client.js'
 import type { TestContext } from '../helper.js'
 import { TEST_SEALING_KEYS } from './sealing.js'
 
-const BIN = join(import.meta.dirname, '..', '..', 'bin', 'parley.js')
+const ROOT = join(import.meta.dirname, '..', '..')
+const BIN = join(ROOT, 'bin', 'parley.js')
+
+/**
+ * Node's options in `npm start` (package.json), before `bin/parley.js serve`: a test's server
+ * runs as the shipped one does, with its V8 heap budget (the Dockerfile's CMD is checked to
+ * match in compose.test.ts).
+ */
+export const SERVE_NODE_ARGS: readonly string[] = (() => {
+  const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start
+  const words = start.split(/\s+/)
+  if (words[0] !== 'node' || words.at(-2) !== 'bin/parley.js' || words.at(-1) !== 'serve') {
+    throw new Error(`package.json's start script is not \`node [options] bin/parley.js serve\`: ${start}`)
+  }
+  return words.slice(1, -2)
+})()
 
 /** The environment of a child `parley`: ours, minus database settings, plus the test's own. */
 export function childEnv (env: Record<string, string | undefined>): NodeJS.ProcessEnv {
@@ -56,7 +71,7 @@ export interface ServerProcess {
  */
 export function startServer (t: TestContext, env: Record<string, string | undefined>, timeoutMs = 60_000): Promise<ServerProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, 'serve'], {
+    const child = spawn(process.execPath, [...SERVE_NODE_ARGS, BIN, 'serve'], {
       env: childEnv({ HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env }),
       stdio: ['ignore', 'pipe', 'pipe']
     })
