@@ -40,9 +40,9 @@ EXPOSE 3000
 # itself); load balancers probe /readyz for readiness.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
-# The V8 heap budget of `npm start` (package.json), which the tests' servers run with too. V8
-# lets garbage build up in proportion to its limits: left to itself it sizes the old generation
-# from the machine's memory (up to 4 GiB) and, on Node 24, the young one at 64 MiB semi-spaces,
-# and a 1 GiB export grew a server by 100-150 MiB (60-85 with these). 1.5 GiB holds 20,000
-# connections at about 20 KiB each. Raise it by changing this command (docs/operations.md).
+# The V8 heap budget of `npm start` (package.json), which the tests' and benches' servers run
+# with too. V8 lets garbage build up in proportion to its limits: left to itself it sizes the old
+# generation from the machine's or container's memory (up to 4 GiB) and, on Node 24 on a large
+# machine, the young one at 64 MiB semi-spaces; a 1 GiB export grew a server by 100-150 MiB
+# (60-85 with these). Change it with the command (docs/operations.md, Sizing).
 CMD ["node", "--max-old-space-size=1536", "--max-semi-space-size=16", "bin/parley.js", "serve"]

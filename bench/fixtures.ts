@@ -8,7 +8,7 @@ import { migrateDatabase } from '../src/db/migrate.js'
 import { createGroupsRepository } from '../src/modules/groups/groups.repository.js'
 import { createKeysRepository } from '../src/modules/keys/keys.repository.js'
 import { createUsersRepository } from '../src/modules/users/users.repository.js'
-import { SERVE_NODE_ARGS } from '../test/support/processes.js'
+import { serveNodeArgs } from '../test/support/processes.js'
 
 export const ROOT = join(import.meta.dirname, '..')
 
@@ -99,7 +99,7 @@ export const BENCH_SEALING_KEYS = `bench:${'b3'.repeat(32)}`
 /** Starts `parley serve` from this checkout on the bench database and waits until it is ready (`nodeArgs`: --cpu-prof, say). */
 export async function startService (databaseUrl: string, env: Record<string, string>, nodeArgs: string[] = []): Promise<Service> {
   const port = await freePort()
-  const child = spawn(process.execPath, [...SERVE_NODE_ARGS, ...nodeArgs, join(ROOT, 'bin', 'parley.js'), 'serve'], {
+  const child = spawn(process.execPath, [...serveNodeArgs(), ...nodeArgs, join(ROOT, 'bin', 'parley.js'), 'serve'], {
     // A bench key unless the caller's environment gives one: the service refuses PostgreSQL without (API.md §11).
     env: { SEALING_KEYS: BENCH_SEALING_KEYS, ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), ...env },
     stdio: ['ignore', 'ignore', 'inherit']

@@ -8,7 +8,7 @@ import t from 'tap'
 import { loadConfig } from '../../src/config.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
 import { longPollsWaiting } from '../support/metrics.js'
-import { childDatabaseEnv, runCli, runCliInProcess, SERVE_NODE_ARGS, spawnDaemon, startServer, tempDir } from '../support/processes.js'
+import { childDatabaseEnv, runCli, runCliInProcess, serveNodeArgs, spawnDaemon, startServer, tempDir } from '../support/processes.js'
 import { freePort } from '../support/ports.js'
 import { TEST_SEALING_KEYS } from '../support/sealing.js'
 import { until } from '../support/until.js'
@@ -46,9 +46,9 @@ t.test('the images: Node.js 24 for the app, every base image an exact release', 
   t.ok(floor !== null && Number(floor[1]) <= 24, 'the image runs a Node.js the engines floor admits')
   t.match(dockerfile, /npm ci --omit=dev/)
   const command = /^CMD (\[.*\])$/m.exec(dockerfile)?.[1]
-  t.same(command === undefined ? undefined : JSON.parse(command), ['node', ...SERVE_NODE_ARGS, 'bin/parley.js', 'serve'],
+  t.same(command === undefined ? undefined : JSON.parse(command), ['node', ...serveNodeArgs(), 'bin/parley.js', 'serve'],
     'the image serves as `npm start` does, with its V8 heap budget')
-  t.ok(SERVE_NODE_ARGS.some((arg) => arg.startsWith('--max-old-space-size=')), 'which is set')
+  t.ok(serveNodeArgs().some((arg) => arg.startsWith('--max-old-space-size=')), 'which is set')
   t.match(pgbouncerDockerfile, /^FROM debian:\d+\.\d+-slim$/m, 'PgBouncer on an exact Debian point release')
   t.match(pgbouncerDockerfile, /^USER postgres$/m)
   // image: lines of the compose file, but the two built here.

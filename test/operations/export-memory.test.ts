@@ -19,7 +19,7 @@ import { TEST_SEALING_KEYS } from '../support/sealing.js'
 
 // Issue #32: an export streams in constant memory. A user with 100,000 messages and 1 GiB of
 // files (64 of 16 MiB) is exported by a real server process, whose RSS is sampled throughout;
-// its growth over the server warmed up by an export a sixteenth the size must stay under 100 MiB.
+// its growth over the server warmed up by a smaller export must stay under 100 MiB.
 // The server runs as `npm start` runs it, with its V8 heap budget (startServer): without one, V8
 // let 100-150 MiB of garbage and buffers awaiting collection build up, its limits sized from
 // this machine's 24 GiB (and Node 24's 64 MiB semi-spaces); with it, 60-85 MiB. The live heap
@@ -34,7 +34,7 @@ const CHUNK_BYTES = 256 * 1024
 const GROWTH_LIMIT = 100 * 1024 * 1024
 // The warm-up export (carol's) first: a tenth of the messages and an eighth of the bytes, so what
 // a server grows by on its first large export (V8's heaps and the allocator reaching their
-// working size under a high allocation rate: 50-120 MiB here, about the same for an export of
+// working size under a high allocation rate: 40-90 MiB here, about the same for an export of
 // 100 MiB as of 1 GiB) is not counted: what is left is what grows with the export's size.
 const WARM_UP_MESSAGES = 10_000
 const WARM_UP_FILES = 8

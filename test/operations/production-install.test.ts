@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { usingPostgres } from '../support/databases.js'
-import { childDatabaseEnv, SERVE_NODE_ARGS, tempDir } from '../support/processes.js'
+import { childDatabaseEnv, serveNodeArgs, tempDir } from '../support/processes.js'
 
 const run = promisify(execFile)
 
@@ -30,7 +30,7 @@ t.test('npm ci --omit=dev, then node bin/parley.js serve, works from a built tre
   const version = await run(process.execPath, ['bin/parley.js', '--version'], { cwd: tree, env })
   t.match(version.stdout, /^parley \d+\.\d+\.\d+/)
 
-  const child = spawn(process.execPath, [...SERVE_NODE_ARGS, 'bin/parley.js', 'serve'], { cwd: tree, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...serveNodeArgs(), 'bin/parley.js', 'serve'], { cwd: tree, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
   t.teardown(async () => {
     if (child.exitCode === null) child.kill('SIGTERM')

@@ -12,8 +12,9 @@ const skip = usingPostgres() ? false : 'PostgreSQL only: six uploads at once nee
 const SENDERS = 6
 const FILES = 10
 const FILE_BYTES = 25 * 1024 * 1024
-// Measured on loopback (PostgreSQL): Node 22 277 MiB at peak, Node 24 431-433 MiB (its V8 lets
-// the young generation grow larger before it scavenges: 346 MiB with --max-semi-space-size=16).
+// Measured on loopback (PostgreSQL): Node 22 277 MiB at peak, Node 24 431-433 MiB without the
+// server's heap budget (its V8 lets the young generation grow larger before it scavenges) and
+// 346 MiB with --max-semi-space-size=16, which npm start and startServer now give it.
 // Read whole, the same six sends took ~3.6 GB.
 const RSS_LIMIT = 512 * 1024 * 1024
 

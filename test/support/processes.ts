@@ -10,18 +10,21 @@ const ROOT = join(import.meta.dirname, '..', '..')
 const BIN = join(ROOT, 'bin', 'parley.js')
 
 /**
- * Node's options in `npm start` (package.json), before `bin/parley.js serve`: a test's server
- * runs as the shipped one does, with its V8 heap budget (the Dockerfile's CMD is checked to
- * match in compose.test.ts).
+ * Node's options in `npm start` (package.json), before `bin/parley.js serve`, for a test's or a
+ * bench's server to run as the shipped one does, with its V8 heap budget (compose.test.ts checks
+ * the Dockerfile's CMD matches). Only heap sizes are taken: anything else there (an env file,
+ * say) would reach past childEnv, and is refused.
  */
-export const SERVE_NODE_ARGS: readonly string[] = (() => {
+export function serveNodeArgs (): string[] {
   const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start
-  const words = start.split(/\s+/)
-  if (words[0] !== 'node' || words.at(-2) !== 'bin/parley.js' || words.at(-1) !== 'serve') {
-    throw new Error(`package.json's start script is not \`node [options] bin/parley.js serve\`: ${start}`)
+  const words = start.trim().split(/\s+/)
+  const options = words.slice(1, -2)
+  if (words[0] !== 'node' || words.at(-2) !== 'bin/parley.js' || words.at(-1) !== 'serve' ||
+    !options.every((option) => /^--max-(old|semi)-space-size=\d+$/.test(option))) {
+    throw new Error(`package.json's start script is not \`node [--max-old-space-size=N] [--max-semi-space-size=N] bin/parley.js serve\`: ${start}`)
   }
-  return words.slice(1, -2)
-})()
+  return options
+}
 
 /** The environment of a child `parley`: ours, minus database settings, plus the test's own. */
 export function childEnv (env: Record<string, string | undefined>): NodeJS.ProcessEnv {
@@ -71,7 +74,7 @@ export interface ServerProcess {
  */
 export function startServer (t: TestContext, env: Record<string, string | undefined>, timeoutMs = 60_000): Promise<ServerProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...SERVE_NODE_ARGS, BIN, 'serve'], {
+    const child = spawn(process.execPath, [...serveNodeArgs(), BIN, 'serve'], {
       env: childEnv({ HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env }),
       stdio: ['ignore', 'pipe', 'pipe']
     })
