@@ -44,8 +44,8 @@ export async function react (db: Db, id: string, address: string, rawEmoji: stri
     }
     if (!changed) return
     const told = [row.sender, ...await messages.readers(id)].filter((a) => a !== address)
-    await createEventsRepository(tx).append([...new Set(told)].map((to) => ({
-      address: to, type: 'message.reaction', data: { message: id, emoji, from: address, added }, messageId: id
-    })))
+    // One data for every copy: append writes it once.
+    const data = { message: id, emoji, from: address, added }
+    await createEventsRepository(tx).append([...new Set(told)].map((to) => ({ address: to, type: 'message.reaction', data, messageId: id })))
   })
 }

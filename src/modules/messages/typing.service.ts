@@ -67,9 +67,8 @@ export async function startTyping (db: Db, from: string, to: string): Promise<vo
       const live = liveGroupTyping.get(key)
       if (live !== undefined && live - now > TYPING_TTL_MS / 2) return
     }
-    await feeds.append(target.addresses.map((address) => ({
-      address, type: 'typing.started', data: { from, to: target.recipient, expiresAt: expiresAt.toISOString() }, expiresAt
-    })))
+    const data = { from, to: target.recipient, expiresAt: expiresAt.toISOString() }
+    await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
     if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
   })
 }
@@ -87,8 +86,7 @@ export async function stopTyping (db: Db, from: string, to: string): Promise<voi
       if (!liveGroupTyping.has(key)) return
       liveGroupTyping.delete(key)
     }
-    await feeds.append(target.addresses.map((address) => ({
-      address, type: 'typing.stopped', data: { from, to: target.recipient }, expiresAt
-    })))
+    const data = { from, to: target.recipient }
+    await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
   })
 }
