@@ -1,10 +1,12 @@
 /**
- * Where a send's CPU goes (issue #15): `parley serve` under --cpu-prof while 50 connections
- * send 1:1 JSON messages (PROFILE_BODY=multipart: with a 10 KiB image) for BENCH_SECONDS (10),
- * each connection as its own sender. Prints
- * requests/s, the share of time spent under each of a few packages (a sample counts for every
- * package on its stack), and the functions with the most self time; the .cpuprofile stays in PROFILE_DIR
- * (default /tmp/parley-profile) for Chrome's DevTools. `npm run bench:profile`.
+ * Where a send's CPU and time go (issues #15, #34): `parley serve` under --cpu-prof while
+ * PROFILE_CONNECTIONS (50) connections send 1:1 JSON messages (PROFILE_BODY=multipart: with a
+ * 10 KiB image) for BENCH_SECONDS (10), each connection as its own sender. Prints requests/s;
+ * where a send waited, stage by stage, from the server's parley_send_stage_seconds histograms
+ * (its wait in the lane for a batch, its batch's statement, the mean batch, and the rest of the
+ * request); the share of CPU time under each of a few packages (a sample counts for every
+ * package on its stack), and the functions with the most self time. The .cpuprofile stays in
+ * PROFILE_DIR (default /tmp/parley-profile) for Chrome's DevTools. `npm run bench:profile`.
  */
 import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
@@ -15,7 +17,7 @@ import { jsonSend, multipartSend } from './sends.js'
 const ADMIN_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
 const DIR = process.env.PROFILE_DIR ?? '/tmp/parley-profile'
-const CONNECTIONS = 50
+const CONNECTIONS = Number(process.env.PROFILE_CONNECTIONS ?? 50)
 // PROFILE_BODY=multipart: sends with a 10 KiB image (scenario 2) instead of JSON.
 const MULTIPART = process.env.PROFILE_BODY === 'multipart'
 
@@ -35,6 +37,53 @@ function selfTimes (profile: Profile): [string, number][] {
     self.set(where, (self.get(where) ?? 0) + profile.timeDeltas[i]! / 1000)
   })
   return [...self].sort((a, b) => b[1] - a[1])
+}
+
+/** A metric's samples from the text exposition: labels as written, and the value. */
+function samples (text: string, name: string): { labels: string, value: number }[] {
+  const out: { labels: string, value: number }[] = []
+  for (const line of text.split('\n')) {
+    const m = /^(\w+)(\{[^}]*\})? (\S+)$/.exec(line)
+    if (m !== null && m[1] === name) out.push({ labels: m[2] ?? '', value: Number(m[3]) })
+  }
+  return out
+}
+
+/** A quantile of a histogram's buckets (cumulative counts by upper bound), linear within its bucket. */
+function quantile (buckets: { le: number, count: number }[], q: number): number {
+  const total = buckets.at(-1)!.count
+  let below = 0
+  let lower = 0
+  for (const { le, count } of buckets) {
+    if (count >= q * total) return le === Infinity ? lower : lower + (le - lower) * (q * total - below) / Math.max(1, count - below)
+    below = count
+    lower = le
+  }
+  return lower
+}
+
+/** Where the server's sends waited, by stage, from its /metrics (parley_send_stage_seconds). */
+function stageReport (text: string): string[] {
+  const lines: string[] = []
+  const ms = (seconds: number): string => (seconds * 1000).toFixed(2).padStart(7)
+  for (const stage of ['queued', 'statement']) {
+    const buckets = samples(text, 'parley_send_stage_seconds_bucket')
+      .filter((s) => s.labels.includes(`stage="${stage}"`))
+      .map((s) => ({ le: Number(/le="([^"]+)"/.exec(s.labels)![1]!.replace('+Inf', 'Infinity')), count: s.value }))
+      .sort((a, b) => a.le - b.le)
+    const count = samples(text, 'parley_send_stage_seconds_count').find((s) => s.labels.includes(`stage="${stage}"`))?.value ?? 0
+    const sum = samples(text, 'parley_send_stage_seconds_sum').find((s) => s.labels.includes(`stage="${stage}"`))?.value ?? 0
+    if (count === 0) continue
+    lines.push(`${stage.padEnd(10)} n ${String(count).padStart(7)}  mean ${ms(sum / count)} ms  p50 ${ms(quantile(buckets, 0.5))}  p90 ${ms(quantile(buckets, 0.9))}  p99 ${ms(quantile(buckets, 0.99))}`)
+  }
+  const batches = samples(text, 'parley_send_batches_total')[0]?.value ?? 0
+  const batched = samples(text, 'parley_send_batched_total')[0]?.value ?? 0
+  if (batches > 0) lines.push(`mean batch ${(batched / batches).toFixed(2)} sends (${batches} statements)`)
+  const route = (s: { labels: string }): boolean => s.labels.includes('method="POST"') && s.labels.includes('route="/v2/message"')
+  const count = samples(text, 'parley_http_request_duration_seconds_count').find(route)?.value ?? 0
+  const sum = samples(text, 'parley_http_request_duration_seconds_sum').find(route)?.value ?? 0
+  if (count > 0) lines.push(`request   n ${String(count).padStart(7)}  mean ${ms(sum / count)} ms (from its first byte read to its answer written, every stage)`)
+  return lines
 }
 
 /** Where whole layers of a send sit, by the files their frames come from. */
@@ -82,7 +131,10 @@ try {
         c.setHeadersAndBody(send.headers, send.body as string)
       }
     })
-    console.log(`${result.requests.average} sends/s, p99 ${result.latency.p99} ms, non-2xx ${result.non2xx}`)
+    console.log(`${result.requests.average} sends/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms, non-2xx ${result.non2xx}`)
+    const metrics = await fetch(`${service.url}/metrics`)
+    if (!metrics.ok) throw new Error(`GET /metrics answered ${metrics.status}`)
+    for (const line of stageReport(await metrics.text())) console.log(line)
   } finally {
     await service.stop()
   }

@@ -10,6 +10,8 @@ import { collectDefaultMetrics, Registry } from 'prom-client'
 type Labels = Record<string, string>
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+/** A send's stages take a millisecond or a few: finer at the low end. */
+const STAGE_BUCKETS = [0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1]
 
 function labelText (labels: Labels): string {
   const pairs = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`)
@@ -45,17 +47,19 @@ class Histogram {
   private readonly series = new Map<string, { labels: Labels, counts: number[], sum: number, count: number }>()
   readonly name: string
   readonly help: string
+  readonly buckets: readonly number[]
 
-  constructor (name: string, help: string) {
+  constructor (name: string, help: string, buckets: readonly number[] = BUCKETS) {
     this.name = name
     this.help = help
+    this.buckets = buckets
   }
 
   observe (labels: Labels, seconds: number): void {
     const key = labelText(labels)
     let s = this.series.get(key)
-    if (s === undefined) this.series.set(key, s = { labels, counts: BUCKETS.map(() => 0), sum: 0, count: 0 })
-    for (let i = 0; i < BUCKETS.length; i++) if (seconds <= BUCKETS[i]!) s.counts[i]! += 1
+    if (s === undefined) this.series.set(key, s = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 })
+    for (let i = 0; i < this.buckets.length; i++) if (seconds <= this.buckets[i]!) s.counts[i]! += 1
     s.sum += seconds
     s.count += 1
   }
@@ -63,7 +67,7 @@ class Histogram {
   render (): string[] {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`]
     for (const s of this.series.values()) {
-      BUCKETS.forEach((le, i) => lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.counts[i]}`))
+      this.buckets.forEach((le, i) => lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.counts[i]}`))
       lines.push(`${this.name}_bucket${labelText({ ...s.labels, le: '+Inf' })} ${s.count}`)
       lines.push(`${this.name}_sum${labelText(s.labels)} ${s.sum}`)
       lines.push(`${this.name}_count${labelText(s.labels)} ${s.count}`)
@@ -94,6 +98,9 @@ export function createMetrics () {
   // Commit coalescing: sends per batch on average is the ratio of the two rates.
   const sendBatches = new Counter('parley_send_batches_total', 'Statements that wrote coalesced 1:1 sends (POST /v2/message)')
   const sendsBatched = new Counter('parley_send_batched_total', 'Sends those statements carried; divided by parley_send_batches_total, the mean batch')
+  // Where a send's time goes before its answer (issue #34): its wait for a batch, and its batch's statement.
+  const sendStages = new Histogram('parley_send_stage_seconds',
+    'POST /v2/message: each send\'s wait in its lane for a batch (stage="queued"), each batch\'s statement until it answered (stage="statement")', STAGE_BUCKETS)
   const gauges: { name: string, help: string, read: GaugeRead }[] = []
   const counters: Counter[] = []
 
@@ -108,6 +115,9 @@ export function createMetrics () {
     sendBatch (size: number): void {
       sendBatches.inc({})
       sendsBatched.inc({}, size)
+    },
+    sendStage (stage: string, seconds: number): void {
+      sendStages.observe({ stage }, seconds)
     },
     error (code: string): void {
       errors.inc({ code })
@@ -125,7 +135,7 @@ export function createMetrics () {
       gauges.push({ name, help, read })
     },
     async render (): Promise<string> {
-      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...sendBatches.render(), ...sendsBatched.render(), ...refusals.render(), ...errors.render(), ...counters.flatMap((c) => c.render())]
+      const lines = [...requests.render(), ...duration.render(), ...messagesSent.render(), ...sendBatches.render(), ...sendsBatched.render(), ...sendStages.render(), ...refusals.render(), ...errors.render(), ...counters.flatMap((c) => c.render())]
       for (const g of gauges) {
         lines.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`)
         for (const { labels, value } of g.read()) lines.push(`${g.name}${labelText(labels ?? {})} ${value}`)

@@ -25,7 +25,15 @@ interface BatchLaneOptions<T> {
    * once its statement has answered) or else when it ends.
    */
   write: (batch: T[], written: () => void) => Promise<void>
+  /**
+   * Told how long each item waited in the queue for its batch to start ('queued', once an
+   * item), and how long each batch's statement took to answer ('statement', once a batch).
+   */
+  observe?: (stage: SendStage, seconds: number) => void
 }
+
+/** Where a queued item spends its time before it is answered (metrics, bench:profile). */
+export type SendStage = 'queued' | 'statement'
 
 /**
  * A queue and its batches in flight: commit coalescing. An item waits for a free batch slot;
@@ -34,8 +42,9 @@ interface BatchLaneOptions<T> {
  * slot free and goes at once, alone, so coalescing adds no wait.
  */
 export function createBatchLane<T> (options: BatchLaneOptions<T>): { add (item: T): void } {
-  const { maxBatch, concurrency, canJoin, write } = options
-  const queue: T[] = []
+  const { maxBatch, concurrency, canJoin, write, observe } = options
+  // Items waiting, oldest first, each with when it was added.
+  const queue: { item: T, at: number }[] = []
   // When each batch in flight started.
   const inFlight = new Set<number>()
   let recheck: NodeJS.Timeout | undefined
@@ -52,37 +61,43 @@ export function createBatchLane<T> (options: BatchLaneOptions<T>): { add (item: 
           return
         }
       }
-      const batch = takeBatch()
-      let started = performance.now()
+      const entries = takeBatch()
+      const now = performance.now()
+      let started = now
       while (inFlight.has(started)) started += 1e-6
       inFlight.add(started)
+      if (observe !== undefined) for (const { at } of entries) observe('queued', (now - at) / 1000)
       // The slot is freed as soon as the batch's statement has answered, before its requests
       // are answered, so the next batch is in PostgreSQL while this one's replies are written.
       const free = (): void => {
-        if (inFlight.delete(started)) pump()
+        if (!inFlight.delete(started)) return
+        observe?.('statement', (performance.now() - now) / 1000)
+        pump()
       }
-      write(batch, free).finally(free)
+      write(entries.map((e) => e.item), free).finally(free)
     }
   }
 
   /** The next batch, oldest first: up to maxBatch items, each after the first as canJoin lets it. */
-  function takeBatch (): T[] {
-    const batch = queue.splice(0, 1)
+  function takeBatch (): { item: T, at: number }[] {
+    const entries = queue.splice(0, 1)
+    const batch = entries.map((e) => e.item)
     for (let i = 0; i < queue.length && batch.length < maxBatch;) {
-      const item = queue[i]!
-      if (!canJoin(item, batch)) {
+      const entry = queue[i]!
+      if (!canJoin(entry.item, batch)) {
         i++
         continue
       }
-      batch.push(item)
+      entries.push(entry)
+      batch.push(entry.item)
       queue.splice(i, 1)
     }
-    return batch
+    return entries
   }
 
   return {
     add (item: T): void {
-      queue.push(item)
+      queue.push({ item, at: performance.now() })
       pump()
     }
   }

@@ -39,7 +39,11 @@ export interface MessagesRoutesOptions {
 
 export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, editWindowSeconds, metrics, sendBatches }) => {
   const messages = createMessagesRepository(db)
-  const sending = createSendService(db, { concurrency: sendBatches, onBatch: (size) => metrics.sendBatch(size) })
+  const sending = createSendService(db, {
+    concurrency: sendBatches,
+    onBatch: (size) => metrics.sendBatch(size),
+    onStage: (stage, seconds) => metrics.sendStage(stage, seconds)
+  })
   metrics.gauge('parley_send_recipients_held', 'Recipients whose sends met a lock held by other work (the recipient\'s feed row, the group, or the sender key\'s quota row) and try again one at a time',
     () => [{ value: sending.heldRecipients() }])
   const store = createAttachmentChunksRepository(db)

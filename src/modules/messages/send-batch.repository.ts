@@ -93,40 +93,61 @@ function fileBytes (slots: number): SQL {
 
 /**
  * A send as the statement writes it: its body sealed with its search hashes, and its event's
- * data sealed (API.md §11), all under the active key, which the statement records as sealed_by.
+ * data sealed (API.md §11), under the key named `sealedBy`, which the statement records.
  */
 interface SealedSend {
-  send: BatchSend
+  sealedBy: string
   stored: { body: string, searchHashes: string }
   event: string
 }
 
-function sealedSend (send: BatchSend): SealedSend {
+function sealed (send: BatchSend): SealedSend {
   const ring = keyring()
   return {
-    send,
+    sealedBy: ring.active,
     stored: storedBody(send.messageId, send.body),
     // A JSON string in the jsonb column; the reader fills in message.createdAt from the event's created_at.
     event: JSON.stringify(ring.sealText(send.eventData, record.eventData('message.received', send.messageId)))
   }
 }
 
+const sealedEarly = new WeakMap<BatchSend, SealedSend>()
+
+/**
+ * Seals a send's body, search hashes and event data now, for its batch's statement to take: a
+ * request's send seals itself before it queues, while the batch ahead of it is in PostgreSQL,
+ * rather than every send of a batch in turn between that batch's statement and the one before
+ * (0.4 ms a batch of nine at 10 connections, 2026-11-28). A send not sealed so (the test bot's),
+ * or sealed under a key no longer active, is sealed as its batch's values are made.
+ */
+export function sealEarly (send: BatchSend): void {
+  sealedEarly.set(send, sealed(send))
+}
+
+/** A send of a batch with its sealed parts. */
+type BatchRow = SealedSend & { send: BatchSend }
+
+function withSealed (send: BatchSend): BatchRow {
+  const early = sealedEarly.get(send)
+  return { send, ...(early !== undefined && early.sealedBy === keyring().active ? early : sealed(send)) }
+}
+
 /** A batch's values by placeholder: one array per column, one parameter per file's bytes. */
 const SEND_COLUMNS = {
-  keyId: ({ send: s }: SealedSend) => s.keyId,
-  lim: ({ send: s }: SealedSend) => s.limit,
-  sender: ({ send: s }: SealedSend) => s.sender,
-  recipient: ({ send: s }: SealedSend) => s.recipient,
-  id: ({ send: s }: SealedSend) => s.messageId,
-  body: ({ stored }: SealedSend) => stored.body,
-  hashes: ({ stored }: SealedSend) => stored.searchHashes,
-  replyTo: ({ send: s }: SealedSend) => s.replyTo,
-  data: ({ event }: SealedSend) => event,
-  idemKey: ({ send: s }: SealedSend) => s.idempotencyKey ?? null,
-  idemHash: ({ send: s }: SealedSend) => s.request?.hash ?? null,
-  idemSealedBy: ({ send: s }: SealedSend) => s.request?.sealedBy ?? null,
-  held: ({ send: s }: SealedSend) => s.lockHeld === true,
-  toGroup: ({ send: s }: SealedSend) => s.toGroup
+  keyId: ({ send: s }: BatchRow) => s.keyId,
+  lim: ({ send: s }: BatchRow) => s.limit,
+  sender: ({ send: s }: BatchRow) => s.sender,
+  recipient: ({ send: s }: BatchRow) => s.recipient,
+  id: ({ send: s }: BatchRow) => s.messageId,
+  body: ({ stored }: BatchRow) => stored.body,
+  hashes: ({ stored }: BatchRow) => stored.searchHashes,
+  replyTo: ({ send: s }: BatchRow) => s.replyTo,
+  data: ({ event }: BatchRow) => event,
+  idemKey: ({ send: s }: BatchRow) => s.idempotencyKey ?? null,
+  idemHash: ({ send: s }: BatchRow) => s.request?.hash ?? null,
+  idemSealedBy: ({ send: s }: BatchRow) => s.request?.sealedBy ?? null,
+  held: ({ send: s }: BatchRow) => s.lockHeld === true,
+  toGroup: ({ send: s }: BatchRow) => s.toGroup
 }
 interface BatchFile { ord: number, n: number, messageId: string, file: UploadedFile }
 const sealedAs = (f: BatchFile, value: string, name: (messageId: string, n: number) => string) => keyring().sealText(value, name(f.messageId, f.n))
@@ -144,10 +165,10 @@ const FILE_COLUMNS = {
 function batchValues (sends: BatchSend[], files: BatchFile[], slots: number): Record<string, unknown> {
   const ring = keyring()
   const values: Record<string, unknown> = { fileCount: files.length, sealedBy: ring.active }
-  const sealed = sends.map(sealedSend)
-  const sendColumns: [string, (s: SealedSend) => unknown][] = Object.entries(SEND_COLUMNS)
+  const sealedSends = sends.map(withSealed)
+  const sendColumns: [string, (s: BatchRow) => unknown][] = Object.entries(SEND_COLUMNS)
   const fileColumns: [string, (f: BatchFile) => unknown][] = Object.entries(FILE_COLUMNS)
-  for (const [name, pick] of sendColumns) values[name] = sealed.map(pick)
+  for (const [name, pick] of sendColumns) values[name] = sealedSends.map(pick)
   for (const [name, pick] of fileColumns) values[name] = files.map(pick)
   for (let i = 0; i < slots; i++) {
     const file = files[i]?.file

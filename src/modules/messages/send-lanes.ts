@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
-import { createBatchLane } from './batch-lane.js'
+import { createBatchLane, type SendStage } from './batch-lane.js'
 import type { BatchSend } from './send-batch.repository.js'
 
 /** Sends to users written by one statement at most. */
@@ -41,6 +41,8 @@ interface SendLanesOptions<P> {
   concurrency: number
   /** Writes a batch of sends taken from a lane (see BatchLaneOptions.write). */
   write: (batch: P[], written: () => void) => Promise<void>
+  /** Told each send's wait in its lane and each batch's statement time (BatchLaneOptions.observe). */
+  observe?: (stage: SendStage, seconds: number) => void
 }
 
 /**
@@ -64,6 +66,7 @@ export function createSendLanes<P extends { send: BatchSend }> (db: Db, options:
       maxBatch,
       concurrency: options.concurrency,
       write: options.write,
+      observe: options.observe,
       /**
        * A send with an Idempotency-Key goes only in a batch with no other send of its API key:
        * its quota is then asked alone and never retried in a later transaction, after its lock

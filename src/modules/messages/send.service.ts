@@ -9,7 +9,8 @@ import { readableMessage } from './access.service.js'
 import { createIdempotencyRepository, requestTag, sameRequest } from './idempotency.repository.js'
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
-import type { BatchOutcome, BatchSend } from './send-batch.repository.js'
+import { sealEarly, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
+import type { SendStage } from './batch-lane.js'
 import { createSendLanes } from './send-lanes.js'
 import { createSendWriter } from './send-writer.js'
 import {
@@ -157,6 +158,8 @@ interface SendServiceOptions {
   concurrency: number
   /** Called with the size of every batch written (metrics). */
   onBatch?: (size: number) => void
+  /** Called with each send's wait for its batch and each batch's statement time (metrics). */
+  onStage?: (stage: SendStage, seconds: number) => void
 }
 
 /**
@@ -181,6 +184,7 @@ export function createSendService (db: Db, options: SendServiceOptions) {
   const writer = createSendWriter<Pending>(db, finish)
   const lanes = createSendLanes<Pending>(db, {
     concurrency: options.concurrency,
+    observe: options.onStage,
     write (batch, written) {
       options.onBatch?.(batch.length)
       return writer.write(batch, written)
@@ -259,6 +263,7 @@ export function createSendService (db: Db, options: SendServiceOptions) {
         request: idempotencyKey === undefined ? undefined : requestText(input)
       })
       if (writer.retrying(send)) throw new IdempotencyInProgress(idempotencyKey!)
+      sealEarly(send)
       const lane = await lanes.of(send)
       return new Promise<SendResult>((resolve, reject) => {
         const pending = { input, send, message, resolve, reject }
