@@ -6,6 +6,7 @@ import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { loggableError } from './db/errors.js'
 import { migrateDatabase } from './db/migrate.js'
+import { startStatisticsUpkeep } from './db/statistics.js'
 import { METRICS_CONTENT_TYPE } from './modules/health/health.routes.js'
 import { demoBanner, seedDemoKey } from './modules/keys/demo.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
@@ -100,7 +101,8 @@ export async function startService (given: Config, options: StartOptions = {}): 
     if (sealing.generated !== undefined) app.log.warn({ keyFile: sealing.source }, sealing.generated)
     // Started once listening (below); stopped before the database closes (onClose), after its current page.
     let stopSealing = async (): Promise<void> => {}
-    app.addHook('preClose', async () => { await stopSealing() })
+    let stopStatistics = async (): Promise<void> => {}
+    app.addHook('preClose', async () => { await Promise.all([stopSealing(), stopStatistics()]) })
     // Said once at start: `auto` decides by comparing the two URLs as text, and a pooler mode
     // nobody meant costs the send its named statements (BENCHMARKS.md).
     if (database.driver === 'pg') {
@@ -122,6 +124,7 @@ export async function startService (given: Config, options: StartOptions = {}): 
 
     if (demo !== undefined) (options.print ?? console.log)(demoBanner(demo, url, config.testBotAddress))
     stopSealing = startSealingPass(database.db, app.log)
+    stopStatistics = startStatisticsUpkeep(database, app.log)
     const running = app
     return { app: running, database, url, metricsUrl, close: () => running.close() }
   } catch (err) {
