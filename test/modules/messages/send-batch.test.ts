@@ -216,6 +216,9 @@ t.test('files ride in the batch: small ones whole, large ones claimed from stagi
   t.same(answers.map((a) => a.statusCode), [200, 200, 200, 404, 200])
   const metrics = await built.app.inject({ method: 'GET', url: '/metrics' })
   t.equal(Number(/^parley_send_batched_total (\d+)$/m.exec(metrics.body)?.[1]), 5, 'every send, files or not, went through the batch path')
+  const stage = (name: string) => Number(new RegExp(`^parley_send_stage_seconds_count\\{stage="${name}"\\} (\\d+)$`, 'm').exec(metrics.body)?.[1])
+  t.equal(stage('queued'), 5, 'each send\'s wait for its batch is timed')
+  t.equal(stage('statement'), Number(/^parley_send_batches_total (\d+)$/m.exec(metrics.body)?.[1]), 'and each batch\'s statement')
 
   const read = async (id: string, n: number) => (await alice.get(`/v2/message/${id}/attachment/${n}`)).rawPayload
   const [first, , third] = answers.map((a) => a.json())
