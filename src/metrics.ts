@@ -100,7 +100,7 @@ export function createMetrics () {
   const sendsBatched = new Counter('parley_send_batched_total', 'Sends those statements carried; divided by parley_send_batches_total, the mean batch')
   // Where a send's time goes before its answer (issue #34): its wait for a batch, and its batch's statement.
   const sendStages = new Histogram('parley_send_stage_seconds',
-    'POST /v2/message: each send\'s wait in its lane for a batch (stage="queued"), each batch\'s statement until it answered (stage="statement")', STAGE_BUCKETS)
+    'POST /v2/message: each send\'s wait in its lane for a batch (stage="queued"), each batch\'s statement (with groups or Idempotency-Keys, its transaction) until it answered (stage="statement")', STAGE_BUCKETS)
   const gauges: { name: string, help: string, read: GaugeRead }[] = []
   const counters: Counter[] = []
 

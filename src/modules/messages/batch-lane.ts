@@ -29,11 +29,11 @@ interface BatchLaneOptions<T> {
    * Told how long each item waited in the queue for its batch to start ('queued', once an
    * item), and how long each batch's statement took to answer ('statement', once a batch).
    */
-  observe?: (stage: SendStage, seconds: number) => void
+  observe?: (stage: LaneStage, seconds: number) => void
 }
 
 /** Where a queued item spends its time before it is answered (metrics, bench:profile). */
-export type SendStage = 'queued' | 'statement'
+export type LaneStage = 'queued' | 'statement'
 
 /**
  * A queue and its batches in flight: commit coalescing. An item waits for a free batch slot;

@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
-import { createBatchLane, type SendStage } from './batch-lane.js'
+import { createBatchLane, type LaneStage } from './batch-lane.js'
 import type { BatchSend } from './send-batch.repository.js'
 
 /** Sends to users written by one statement at most. */
@@ -42,7 +42,7 @@ interface SendLanesOptions<P> {
   /** Writes a batch of sends taken from a lane (see BatchLaneOptions.write). */
   write: (batch: P[], written: () => void) => Promise<void>
   /** Told each send's wait in its lane and each batch's statement time (BatchLaneOptions.observe). */
-  observe?: (stage: SendStage, seconds: number) => void
+  observe?: (stage: LaneStage, seconds: number) => void
 }
 
 /**

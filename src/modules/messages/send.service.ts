@@ -10,7 +10,7 @@ import { createIdempotencyRepository, requestTag, sameRequest } from './idempote
 import { createMessagesRepository } from './messages.repository.js'
 import type { Message } from './messages.schemas.js'
 import { sealEarly, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
-import type { SendStage } from './batch-lane.js'
+import type { LaneStage } from './batch-lane.js'
 import { createSendLanes } from './send-lanes.js'
 import { createSendWriter } from './send-writer.js'
 import {
@@ -159,7 +159,7 @@ interface SendServiceOptions {
   /** Called with the size of every batch written (metrics). */
   onBatch?: (size: number) => void
   /** Called with each send's wait for its batch and each batch's statement time (metrics). */
-  onStage?: (stage: SendStage, seconds: number) => void
+  onStage?: (stage: LaneStage, seconds: number) => void
 }
 
 /**
