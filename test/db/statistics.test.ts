@@ -1,5 +1,5 @@
-import { sql } from 'drizzle-orm'
 import { PGlite } from '@electric-sql/pglite'
+import { sql } from 'drizzle-orm'
 import pg from 'pg'
 import t from 'tap'
 import type { Db } from '../../src/db/client.js'
@@ -29,13 +29,16 @@ t.test('tables with rows and no statistics, or grown past them, are analyzed; th
   const fresh = await freshDatabase()
   t.teardown(() => fresh.drop())
   const db = fresh.database.db
+  // Autovacuum (PostgreSQL) must not analyze users behind the test's back.
+  await db.execute(sql`ALTER TABLE users SET (autovacuum_enabled = off)`)
   await analyzeStaleTables(db)
   t.same(await analyzeStaleTables(db), [], 'a database just analyzed has nothing stale')
 
   // As after a bulk load, a restore or a clone: the rows are there, the planner was not told.
   await db.execute(sql.raw(fill))
   t.ok(await plannedUsers(db) < USERS / 10, `the planner takes users for ${await plannedUsers(db)} rows before`)
-  t.match(await feedLockScans(db), /Seq Scan on users/, 'and would read every user for a send\'s feed rows')
+  // PostgreSQL's choice, not ours: for the record, not asserted.
+  t.comment(`before: ${await feedLockScans(db)}`)
 
   const analyzed = await analyzeStaleTables(db)
   t.ok(analyzed.includes('users'), `users analyzed (${analyzed.join(', ')})`)
@@ -47,6 +50,15 @@ t.test('tables with rows and no statistics, or grown past them, are analyzed; th
   // A table that grew well past what the planner was told (20 %, and 8 pages) is analyzed again.
   await db.execute(sql.raw(fill.replace("'stat-u'", "'stat-v'")))
   t.ok((await analyzeStaleTables(db)).includes('users'), 'users analyzed again once it doubled')
+
+  // A table whose rows are all gone keeps its pages (the embedded database never vacuums) and
+  // gets no statistics from an ANALYZE: counted empty once, then left alone.
+  await db.execute(sql`CREATE TABLE stat_emptied (n int)`)
+  await db.execute(sql`INSERT INTO stat_emptied SELECT generate_series(1, 5000)`)
+  await db.execute(sql`DELETE FROM stat_emptied`)
+  t.ok((await analyzeStaleTables(db)).includes('stat_emptied'), 'a table of dead rows is analyzed once')
+  t.same(await analyzeStaleTables(db), [], 'and not again')
+  await db.execute(sql`DROP TABLE stat_emptied`)
 })
 
 t.test('the server analyzes, once it listens, a database whose tables have rows and no statistics', async (t) => {

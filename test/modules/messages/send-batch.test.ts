@@ -6,10 +6,13 @@ import { queryRows } from '../../../src/db/rows.js'
 import type { Principal } from '../../../src/modules/keys/authenticator.js'
 import { eventDataJson, toEvent } from '../../../src/modules/events/events.repository.js'
 import { events } from '../../../src/modules/events/events.table.js'
-import { writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
+import { sealEarly, writeBatch, type BatchSend } from '../../../src/modules/messages/send-batch.repository.js'
+import { openedBody } from '../../../src/modules/messages/message-body.js'
 import { createSendService, type SendResult } from '../../../src/modules/messages/send.service.js'
+import { installKeyring, keyring, Keyring, parseSealingKeys } from '../../../src/sealing/keyring.js'
 import { build, type Built } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
+import { TEST_SEALING_KEYS } from '../../support/sealing.js'
 import { until } from '../../support/until.js'
 
 /**
@@ -189,6 +192,31 @@ t.test('group sends coalesce: each member gets consecutive feed ids, non-members
   const [{ n }] = await queryRows<{ n: number }>(built.db, sql`
     SELECT count(*)::int AS n FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE m.recipient = ${group}`) as [{ n: number }]
   t.equal(n, 12, 'a delivery row per member and message')
+})
+
+t.test('a send sealed before it queued is written under the key active when its batch is written', async (t) => {
+  const built = await build(t, { env: FAST })
+  const alice = await principal(built, 'alice', 100)
+  await built.createUser('bob')
+  const configured = keyring()
+  t.teardown(() => installKeyring(configured))
+  const rotated = new Keyring(parseSealingKeys(`k9:${'a7'.repeat(32)},${TEST_SEALING_KEYS}`))
+  const early = send(alice, 'bob', 1)
+  const kept = send(alice, 'bob', 2)
+  sealEarly(early)
+  sealEarly(kept)
+  // The active key changes between the first send's sealing and its batch; not for the second.
+  installKeyring(rotated)
+  await writeBatch(built.db, [early])
+  installKeyring(configured)
+  await writeBatch(built.db, [kept])
+
+  installKeyring(rotated) // opens both keys' records
+  const rows = await queryRows<{ id: string, body: string, sealed_by: string, event_sealed_by: string }>(built.db, sql`
+    SELECT m.id, m.body, m.sealed_by, e.sealed_by AS event_sealed_by FROM messages m JOIN events e ON e.message_id = m.id ORDER BY m.id`)
+  t.same(rows.map((r) => [r.sealed_by, r.event_sealed_by]), [['k9', 'k9'], ['test', 'test']], 'each under the key active at its write, body and event alike')
+  t.same(rows.map((r) => openedBody({ id: r.id, body: r.body, sealedBy: r.sealed_by })), ['#1', '#2'], 'and each opens to what was sent')
+  t.same((await feed(built, 'bob')).map((e) => e.body), ['#1', '#2'], 'the events open too')
 })
 
 t.test('files ride in the batch: small ones whole, large ones claimed from staging, every byte read back', async (t) => {
