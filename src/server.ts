@@ -70,7 +70,8 @@ async function listenForMetrics (app: FastifyInstance, host: string, port: numbe
  * Resolves the sealing keys (refusing on PostgreSQL without SEALING_KEYS, before connecting),
  * opens the database, applies pending migrations (under the same advisory lock as `parley
  * migrate`), checks the keys against the database, makes sure the bot user exists, and
- * listens; then seals, in the background, what was written before sealing.
+ * listens; then, in the background, seals what was written before sealing and analyzes the
+ * tables whose planner statistics are missing or behind (db/statistics.ts).
  */
 export async function startService (given: Config, options: StartOptions = {}): Promise<RunningService> {
   const sealing = resolveSealingKeys(given)
