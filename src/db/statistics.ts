@@ -63,7 +63,7 @@ async function staleTables (db: Db): Promise<TableSize[]> {
  * it behind that holder (it counts as analyzed: the next pass, or start, looks again); a table
  * that fails is skipped and the next one tried. The tables analyzed.
  */
-export async function analyzeStaleTables (db: Db, signal?: AbortSignal, onError?: (table: string, err: unknown) => void): Promise<string[]> {
+export async function analyzeStaleTables (db: Db, signal?: AbortSignal, onError?: (err: unknown, table: string) => void): Promise<string[]> {
   const analyzed: string[] = []
   for (const { schema, table } of await staleTables(db)) {
     if (signal?.aborted === true) break
@@ -71,7 +71,7 @@ export async function analyzeStaleTables (db: Db, signal?: AbortSignal, onError?
       await db.execute(sql`ANALYZE (SKIP_LOCKED) ${sql.identifier(schema)}.${sql.identifier(table)}`)
       analyzed.push(table)
     } catch (err) {
-      onError?.(table, err)
+      onError?.(err, table)
     }
   }
   return analyzed
@@ -87,20 +87,19 @@ export async function analyzeStaleTables (db: Db, signal?: AbortSignal, onError?
 export function startStatisticsUpkeep (database: Database, log: FastifyBaseLogger): () => Promise<void> {
   const stopping = new AbortController()
   let running: Promise<void> | undefined
+  // A table that fails is named; the look-up's own failure is not a table's.
+  const failed = (err: unknown, table?: string): void => {
+    if (!stopping.signal.aborted) log.warn({ table, err: loggableError(err) }, 'could not analyze tables whose planner statistics are missing or behind; their plans may be slow until autovacuum analyzes them')
+  }
   const pass = (): void => {
     if (running !== undefined) return
     const started = performance.now()
-    const failed = (table: string, err: unknown): void => {
-      if (!stopping.signal.aborted) log.warn({ table, err: loggableError(err) }, 'could not analyze a table whose planner statistics are missing or behind; its plans may be slow until autovacuum does')
-    }
     running = analyzeStaleTables(database.db, stopping.signal, failed).then((tables) => {
       if (tables.length > 0) {
         log.info({ tables, ms: Math.round(performance.now() - started) },
           'analyzed tables whose planner statistics were missing or behind (a restored, cloned or upgraded database; the embedded database has no autovacuum)')
       }
-    }, (err: unknown) => {
-      if (!stopping.signal.aborted) log.warn({ err: loggableError(err) }, 'could not analyze tables whose planner statistics are missing or behind; plans may be slow until autovacuum does')
-    }).finally(() => { running = undefined })
+    }, (err: unknown) => { failed(err) }).finally(() => { running = undefined })
   }
   pass()
   const timer = database.driver === 'pglite' ? setInterval(pass, EMBEDDED_EVERY_MS).unref() : undefined

@@ -264,7 +264,7 @@ export function createEventsRepository (db: Db) {
       // One array a column, whatever the number of events: a VALUES list of 999 rows (a reaction
       // or a typing start in a 1,000-member group) was 7,000 parameters for the query builder
       // to write and the database to parse and plan, and held the event loop ~90 ms.
-      const column = <T>(value: (row: typeof rows[number]) => T) => sql.param(rows.map(value))
+      const column = (value: (row: typeof rows[number]) => unknown) => sql.param(rows.map(value))
       await db.execute(sql`WITH appended AS (
           INSERT INTO ${events} (address, seq, type, data, sealed_by, message_id, expires_at)
           SELECT address, seq, type, data::jsonb, sealed_by, message_id, expires_at::timestamptz
