@@ -33,6 +33,8 @@ export interface BatchSend {
   request?: (RequestTag & { text: string }) | undefined
   /** Whether this send holds its Idempotency-Key's advisory lock (the idempotency repository's tryLocks). */
   lockHeld?: boolean
+  /** Its parts as sealed before it queued (sealEarly). */
+  sealed?: SealedSend
 }
 
 /** What the statement did with one send of the batch, in the batch's order. */
@@ -111,8 +113,6 @@ function sealed (send: BatchSend): SealedSend {
   }
 }
 
-const sealedEarly = new WeakMap<BatchSend, SealedSend>()
-
 /**
  * Seals a send's body, search hashes and event data now, for its batch's statement to take: a
  * request's send seals itself before it queues, while the batch ahead of it is in PostgreSQL,
@@ -121,14 +121,16 @@ const sealedEarly = new WeakMap<BatchSend, SealedSend>()
  * or sealed under a key no longer active, is sealed as its batch's values are made.
  */
 export function sealEarly (send: BatchSend): void {
-  sealedEarly.set(send, sealed(send))
+  // A property rather than a WeakMap beside it: a weak map's entries cost every young-generation
+  // collection extra work, and thousands of sends are in flight at once.
+  send.sealed = sealed(send)
 }
 
 /** A send of a batch with its sealed parts. */
 type BatchRow = SealedSend & { send: BatchSend }
 
 function withSealed (send: BatchSend): BatchRow {
-  const early = sealedEarly.get(send)
+  const early = send.sealed
   return { send, ...(early !== undefined && early.sealedBy === keyring().active ? early : sealed(send)) }
 }
 

@@ -1,0 +1,24 @@
+import { hash, hkdfSync } from 'node:crypto'
+import t from 'tap'
+import { installKeyring, Keyring, parseSealingKeys } from '../../src/sealing/keyring.js'
+import { bodySearchHashes, querySearchHashes } from '../../src/sealing/search-terms.js'
+
+/**
+ * The search hashes a database holds must stay what they were: a change in how they are
+ * computed, however equivalent it looks, would leave every stored message unfindable. So they
+ * are computed here from their definition (docs/security.md): the search key derived from the
+ * configured one with HKDF-SHA-256 ("parley search v1"), then each term's SHA-256 over that key
+ * as hex and the term, its first 32 bits as a signed integer.
+ */
+const SECRET = 'a1'.repeat(32)
+const searchKey = Buffer.from(hkdfSync('sha256', Buffer.from(SECRET, 'hex'), Buffer.alloc(0), 'parley search v1', 32)).toString('hex')
+const defined = (term: string) => parseInt(hash('sha256', searchKey + term, 'hex').slice(0, 8), 16) | 0
+
+t.test('a body\'s hashes are its words and their prefixes from 2 characters, each as defined', async (t) => {
+  installKeyring(new Keyring(parseSealingKeys(`k1:${SECRET}`)))
+  const terms = ['hello', 'he', 'hel', 'hell', 'wörld', 'wö', 'wör', 'wörl', 'a', '𝒳y', '3', '14']
+  const stored = bodySearchHashes('Hello, wörld! a 𝒳y 3.14').slice(1, -1).split(',').map(Number)
+  t.same(stored.sort(), terms.map(defined).sort())
+  t.ok(stored.some((h) => h < 0) && stored.some((h) => h > 0), 'both signs occur: the top bit is the sign')
+  t.same(querySearchHashes(['hello', 'wörld']), [`{${defined('hello')},${defined('wörld')}}`])
+})
