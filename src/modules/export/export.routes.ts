@@ -36,6 +36,13 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
   // Users whose export this process is streaming; other instances are kept out by the
   // snapshot's advisory lock (PostgreSQL; the embedded database has one process).
   const running = new Set<string>()
+  // How to stop each export streaming now: at shutdown every one is cut, as at its deadline. A
+  // client that stopped reading would otherwise hold close() for as long as the export may run
+  // (EXPORT_MAX_SECONDS), and the process is ended 10 s after SIGTERM with the database open.
+  const stoppers = new Set<(reason: string) => void>()
+  app.addHook('preClose', async () => {
+    for (const stop of stoppers) stop('the service is shutting down')
+  })
 
   async function exportOf (req: FastifyRequest, reply: FastifyReply, address: string, scope: 'read' | 'admin'): Promise<FastifyReply> {
     if (running.has(address)) throw exportBusy(address)
@@ -54,6 +61,7 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
         stopReason ??= reason
         stopWith?.(stopReason)
       }
+      stoppers.add(stop)
       const onClose = () => { stop('its client went away') }
       reply.raw.once('close', onClose)
       if (reply.raw.closed || req.raw.socket === null || req.raw.socket.destroyed) onClose()
@@ -68,6 +76,7 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
         if (stopReason !== undefined) run.abort(stopReason)
         started()
       }).finally(() => {
+        stoppers.delete(stop)
         clearTimeout(deadline)
         unwatch()
         reply.raw.off('close', onClose)

@@ -274,3 +274,23 @@ t.test('an export still streaming at EXPORT_MAX_SECONDS is cut, and its hold end
   t.equal(again.status, 200, 'the next export runs')
   await again.arrayBuffer()
 })
+
+t.test('an export whose client stopped reading is cut when the service closes: close() does not wait for it', async (t) => {
+  const { app, alice, logs } = await setUp(t)
+  await heavy(alice, 12)
+  const base = await app.listen({ host: '127.0.0.1', port: 0 })
+  const { res } = await stalledExport(base, alice.authorization)
+  const ended = new Promise<string>((resolve) => {
+    res.on('aborted', () => { resolve('aborted') })
+    res.on('error', () => { resolve('error') })
+    res.on('end', () => { resolve('end') })
+  })
+  // Before, close() waited until the export's deadline (EXPORT_MAX_SECONDS, an hour by default)
+  // or the client's going; the CLI's SIGTERM ends the process after 10 s whatever is open.
+  const started = performance.now()
+  await app.close()
+  t.ok(performance.now() - started < 5_000, `closed in ${Math.round(performance.now() - started)} ms`)
+  res.resume()
+  t.not(await ended, 'end', 'the download was cut, not ended as if whole')
+  t.match(logs(), /the service is shutting down/, 'the log says why')
+})
