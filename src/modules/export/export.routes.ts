@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ZipFile } from 'yazl'
 import type { Database } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
-import { NotFound, RateLimited } from '../../errors.js'
+import { NotFound, RateLimited, Unavailable } from '../../errors.js'
 import { normalizeAddress } from '../../ids.js'
 import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
@@ -36,15 +36,21 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
   // Users whose export this process is streaming; other instances are kept out by the
   // snapshot's advisory lock (PostgreSQL; the embedded database has one process).
   const running = new Set<string>()
-  // How to stop each export streaming now: at shutdown every one is cut, as at its deadline. A
-  // client that stopped reading would otherwise hold close() for as long as the export may run
+  // At shutdown every export still answering is cut, as at its deadline, and no new one starts:
+  // a client that stopped reading would otherwise hold close() for as long as the export may run
   // (EXPORT_MAX_SECONDS), and the process is ended 10 s after SIGTERM with the database open.
-  const stoppers = new Set<(reason: string) => void>()
+  // Each answer is in `cutters` from its start to its socket's close, past the export's own end
+  // (the archive's last bytes may still wait on a client that stopped reading).
+  let closing = false
+  const cutters = new Set<(reason: string) => void>()
   app.addHook('preClose', async () => {
-    for (const stop of stoppers) stop('the service is shutting down')
+    closing = true
+    for (const cut of cutters) cut('the service is shutting down')
   })
 
   async function exportOf (req: FastifyRequest, reply: FastifyReply, address: string, scope: 'read' | 'admin'): Promise<FastifyReply> {
+    // A request admitted before the shutdown began (queued at the transfer gate, say) comes here after it.
+    if (closing) throw new Unavailable('the service is shutting down; try again shortly')
     if (running.has(address)) throw exportBusy(address)
     if (running.size >= maxExports) throw new RateLimited(`${running.size} exports are running on this instance; try again shortly`)
     running.add(address)
@@ -61,7 +67,6 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
         stopReason ??= reason
         stopWith?.(stopReason)
       }
-      stoppers.add(stop)
       const onClose = () => { stop('its client went away') }
       reply.raw.once('close', onClose)
       if (reply.raw.closed || req.raw.socket === null || req.raw.socket.destroyed) onClose()
@@ -71,12 +76,21 @@ export const exportRoutes: FastifyPluginAsyncTypebox<ExportRoutesOptions> = asyn
       const unwatch = app.keyWatch.watch(keyId, () => { stop(`key ${keyId} may no longer ${scope === 'read' ? 'read' : 'administer'}`) }, scope)
       let started!: () => void
       const ready = new Promise<void>((resolve) => { started = resolve })
+      let ended = false
+      const cut = (reason: string) => {
+        stop(reason)
+        if (ended) reply.raw.destroy()
+      }
+      if (!reply.raw.closed) {
+        cutters.add(cut)
+        reply.raw.once('close', () => { cutters.delete(cut) })
+      }
       const work = runExport(database, address, zip, requestSource(req), (run) => {
         stopWith = (reason) => { run.abort(reason) }
         if (stopReason !== undefined) run.abort(stopReason)
         started()
       }).finally(() => {
-        stoppers.delete(stop)
+        ended = true
         clearTimeout(deadline)
         unwatch()
         reply.raw.off('close', onClose)
