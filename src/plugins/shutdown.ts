@@ -7,8 +7,8 @@ import fp from 'fastify-plugin'
  * skips a connection that has not sent a request yet (it counts as waiting for headers): HTTP
  * clients open such spare connections (undici does beside a long-poll), and each one held
  * close() until its socket timed out, 65 s later. A connection in the middle of a request is
- * left to finish; its answer carries `Connection: close`, and once it is done the connection
- * goes too. An answer whose headers went out before shutdown (an event stream's) cannot say
+ * left to finish, for up to DRAIN_MS; its answer carries `Connection: close`, and once it is
+ * done the connection goes too. An answer whose headers went out before shutdown (an event stream's) cannot say
  * so, and Node looks for idle connections only when close() begins: a stream still reading
  * its feed then kept close() waiting for its kept-alive socket to time out, 70 s.
  */
@@ -28,10 +28,21 @@ function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
       if (closing && left === 0) endOnceQuiet(socket)
     })
   })
+  let drain: NodeJS.Timeout | undefined
   app.addHook('preClose', async () => {
     closing = true
     for (const [socket, requests] of inFlight) if (requests === 0) socket.destroy()
+    // An answer its client stopped reading (a download) would keep close() waiting until the
+    // CLI's exit after 10 s, the database left open: past DRAIN_MS such connections are cut.
+    drain = setTimeout(() => {
+      const left = [...inFlight].filter(([, requests]) => requests > 0).map(([socket]) => socket)
+      if (left.length === 0) return
+      app.log.warn({ connections: left.length }, `shutdown: cut the connections still answering ${DRAIN_MS / 1000} s after it began`)
+      for (const socket of left) socket.destroy()
+    }, DRAIN_MS)
+    drain.unref()
   })
+  app.addHook('onClose', async () => { clearTimeout(drain) })
 
   /**
    * Ends a connection whose last answer is done, a turn of the loop later: a next request
@@ -51,6 +62,9 @@ function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
 
 /** How long a half-closed connection may wait for its client to close its side at shutdown. */
 const END_GRACE_MS = 1_000
+
+/** How long requests in flight at shutdown may go on answering before their connections are cut. */
+const DRAIN_MS = 5_000
 
 /**
  * Before connections drain, every answer from here on closes its connection, so no kept-alive

@@ -45,3 +45,38 @@ t.test('app.close() does not wait for a connection that has not sent a request y
   const took = Date.now() - started
   t.ok(took < 3_000, `closed in ${took} ms (it waited for the 65 s socket timeout before)`)
 })
+
+t.test('app.close() cuts a download whose client stopped reading, 5 s into the shutdown', async (t) => {
+  const { build } = await import('../helper.js')
+  const { request } = await import('node:http')
+  const { randomBytes } = await import('node:crypto')
+  const { app, as, logs } = await build(t)
+  const alice = await as('alice')
+  await as('bob')
+  const form = new FormData()
+  form.append('recipient', 'bob')
+  form.append('attachment', new Blob([new Uint8Array(randomBytes(24 * 1024 * 1024))]), 'big.bin')
+  const sent = await alice.post('/v2/message', form)
+  t.equal(sent.statusCode, 200)
+  const base = await app.listen({ host: '127.0.0.1', port: 0 })
+  // 24 MiB overfill the sockets' buffers: the download waits on a client that reads nothing.
+  const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
+    request(`${base}/v2/message/${(sent.json() as { id: string }).id}/attachment/1`, { headers: { authorization: alice.authorization } }, (res) => {
+      res.pause()
+      resolve(res)
+    }).on('error', reject).end()
+  })
+  t.equal(res.statusCode, 200)
+  const ended = new Promise<string>((resolve) => {
+    res.on('aborted', () => { resolve('aborted') })
+    res.on('error', () => { resolve('error') })
+    res.on('end', () => { resolve('end') })
+  })
+  const started = Date.now()
+  await app.close()
+  const took = Date.now() - started
+  t.ok(took >= 4_000 && took < 9_000, `closed ${took} ms after it began: the download had 5 s to finish (before, close() waited for as long as the client did)`)
+  res.resume()
+  t.not(await ended, 'end', 'the download was cut, not ended as if whole')
+  t.match(logs(), /"connections":1,.*cut the connections still answering 5 s after it began/)
+})
