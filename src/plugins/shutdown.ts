@@ -34,11 +34,12 @@ function closeQuietConnectionsOnShutdown (app: FastifyInstance): void {
     for (const [socket, requests] of inFlight) if (requests === 0) socket.destroy()
     // An answer its client stopped reading (a download) would keep close() waiting until the
     // CLI's exit after 10 s, the database left open: past DRAIN_MS such connections are cut.
+    // Every connection left goes then, a request or not: one opened while the other preClose
+    // hooks ran (the server accepts until they end) and silent since would hold close() too.
     drain = setTimeout(() => {
-      const left = [...inFlight].filter(([, requests]) => requests > 0).map(([socket]) => socket)
-      if (left.length === 0) return
-      app.log.warn({ connections: left.length }, `shutdown: cut the connections still answering ${DRAIN_MS / 1000} s after it began`)
-      for (const socket of left) socket.destroy()
+      const answering = [...inFlight.values()].filter((requests) => requests > 0).length
+      if (answering > 0) app.log.warn({ connections: answering }, `shutdown: cut the connections still answering ${DRAIN_MS / 1000} s after it began`)
+      for (const socket of [...inFlight.keys()]) socket.destroy()
     }, DRAIN_MS)
     drain.unref()
   })
