@@ -1,6 +1,7 @@
 import t from 'tap'
 import { longPollsWaiting } from '../support/metrics.js'
 import { runCliInProcess, childDatabaseEnv, startServer } from '../support/processes.js'
+import { howItEnds } from '../support/responses.js'
 import { until } from '../support/until.js'
 
 t.test('SIGTERM: open long-polls answer empty at once, new connections are refused, exit 0 within 10 s', async (t) => {
@@ -68,11 +69,7 @@ t.test('app.close() cuts a download whose client stopped reading, 5 s into the s
     }).on('error', reject).end()
   })
   t.equal(res.statusCode, 200)
-  const ended = new Promise<string>((resolve) => {
-    res.on('aborted', () => { resolve('aborted') })
-    res.on('error', () => { resolve('error') })
-    res.on('end', () => { resolve('end') })
-  })
+  const ended = howItEnds(res)
   const started = Date.now()
   await app.close()
   const took = Date.now() - started

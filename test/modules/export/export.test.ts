@@ -8,6 +8,7 @@ import t from 'tap'
 import { createKeysRepository } from '../../../src/modules/keys/keys.repository.js'
 import { build, type Caller, type TestContext } from '../../helper.js'
 import { runCliInProcess, tempDir } from '../../support/processes.js'
+import { howItEnds } from '../../support/responses.js'
 import { until } from '../../support/until.js'
 import { json, messageLines, unzip } from './support.js'
 
@@ -179,12 +180,8 @@ t.test('a key revoked mid-export: the download is cut within the key watch\'s se
   const base = await app.listen({ host: '127.0.0.1', port: 0 })
   const { res } = await stalledExport(base, alice.authorization)
   let received = 0
-  const ended = new Promise<string>((resolve) => {
-    res.on('data', (chunk: Buffer) => { received += chunk.length })
-    res.on('aborted', () => { resolve('aborted') })
-    res.on('error', () => { resolve('error') })
-    res.on('end', () => { resolve('end') })
-  })
+  res.on('data', (chunk: Buffer) => { received += chunk.length })
+  const ended = howItEnds(res)
   t.equal((await admin.delete(`/v2/admin/keys/${alice.keyId}`)).statusCode, 204)
   // The watch looks again every second; the body stays unread until the export has stopped, so
   // it is still stalled on the socket when it is told.
@@ -261,11 +258,7 @@ t.test('an export still streaming at EXPORT_MAX_SECONDS is cut, and its hold end
   const base = await built.app.listen({ host: '127.0.0.1', port: 0 })
   const started = performance.now()
   const { res } = await stalledExport(base, alice.authorization)
-  const ended = new Promise<string>((resolve) => {
-    res.on('aborted', () => { resolve('aborted') })
-    res.on('error', () => { resolve('error') })
-    res.on('end', () => { resolve('end') })
-  })
+  const ended = howItEnds(res)
   await until(() => built.logs().includes('EXPORT_MAX_SECONDS'), { message: 'the export stopped at its deadline' })
   res.resume()
   t.not(await ended, 'end', 'cut, not ended as if whole')
@@ -281,11 +274,7 @@ t.test('an export whose client stopped reading is cut when the service closes: c
   await heavy(alice, 12)
   const base = await app.listen({ host: '127.0.0.1', port: 0 })
   const { res } = await stalledExport(base, alice.authorization)
-  const ended = new Promise<string>((resolve) => {
-    res.on('aborted', () => { resolve('aborted') })
-    res.on('error', () => { resolve('error') })
-    res.on('end', () => { resolve('end') })
-  })
+  const ended = howItEnds(res)
   // Before, close() waited until the export's deadline (EXPORT_MAX_SECONDS, an hour by default)
   // or the client's going; the CLI's SIGTERM ends the process after 10 s whatever is open.
   const started = performance.now()
