@@ -13,6 +13,13 @@ export async function queryRows<T> (db: Db, query: SQL): Promise<T[]> {
   return result.rows
 }
 
+/** A time as a driver answers a raw statement: pg parses it to a Date, PGlite may leave the text. */
+export type DriverTime = string | Date
+
+export const dateOf = (value: DriverTime): Date => value instanceof Date ? value : new Date(value)
+
+export const dateOrNull = (value: DriverTime | null): Date | null => value === null ? null : dateOf(value)
+
 const dialect = new PgDialect()
 /**
  * Statement names by SQL text: a handful of shapes, each named once for the process. A name is

@@ -117,3 +117,22 @@ t.test('a key that authenticated stays known for KNOWN_KEY_MS after its cache en
   clock += KNOWN_KEY_MS
   t.notOk(authenticator.isKnown(key.keyId), `forgotten ${KNOWN_KEY_MS / 60_000} minutes after its last success`)
 })
+
+t.test('keys authenticating at once are looked up together, each as itself: the right secret, a wrong one, a revoked key, an unknown id', async (t) => {
+  const { db, createKey, createUser } = await build(t)
+  const keys = []
+  for (let i = 0; i < 12; i++) {
+    await createUser(`user${i}`)
+    keys.push(await createKey(`user${i}`))
+  }
+  await createKeysRepository(db).revoke(keys[11]!.keyId)
+  const authenticator = createAuthenticator(db, 100)
+  const answers = await Promise.all([
+    ...keys.map((k) => authenticator.authenticate(k.keyId, k.secret)),
+    authenticator.authenticate(keys[0]!.keyId, 'sk_wrong'),
+    authenticator.authenticate('key_unknown', keys[0]!.secret)
+  ])
+  t.same(answers.slice(0, 11).map((p) => p?.address), keys.slice(0, 11).map((_, i) => `user${i}`), 'each key is its own user')
+  t.same(answers.slice(11), [undefined, undefined, undefined], 'a revoked key, a wrong secret and an unknown id are refused')
+  for (const k of [...keys, { keyId: 'key_unknown' }]) t.ok(authenticator.isCached(k.keyId), `${k.keyId} answered and cached`)
+})

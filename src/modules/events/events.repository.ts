@@ -1,6 +1,6 @@
 import { and, asc, eq, gt, inArray, isNull, lte, or, sql, type Placeholder, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { queryRows, queryShaped } from '../../db/rows.js'
+import { dateOf, dateOrNull, queryRows, queryShaped, type DriverTime } from '../../db/rows.js'
 import { keyMayRead } from '../keys/keys.repository.js'
 import { openJson, record, sealJson } from '../../sealing/records.js'
 import type { Event, EventData, EventType } from './events.schemas.js'
@@ -191,12 +191,10 @@ interface RawEventRow {
   data: unknown
   sealed_by: string | null
   message_id: string | null
-  created_at: string | Date
-  expires_at: string | Date | null
-  acked_at: string | Date | null
+  created_at: DriverTime
+  expires_at: DriverTime | null
+  acked_at: DriverTime | null
 }
-
-const dateOf = (value: string | Date): Date => value instanceof Date ? value : new Date(value)
 
 function eventRowOf (raw: RawEventRow): EventRow {
   return {
@@ -207,8 +205,8 @@ function eventRowOf (raw: RawEventRow): EventRow {
     sealedBy: raw.sealed_by,
     messageId: raw.message_id,
     createdAt: dateOf(raw.created_at),
-    expiresAt: raw.expires_at === null ? null : dateOf(raw.expires_at),
-    ackedAt: raw.acked_at === null ? null : dateOf(raw.acked_at)
+    expiresAt: dateOrNull(raw.expires_at),
+    ackedAt: dateOrNull(raw.acked_at)
   }
 }
 

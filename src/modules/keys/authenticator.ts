@@ -1,4 +1,5 @@
 import type { Db } from '../../db/client.js'
+import { createGatheredLookups } from '../../gathered-lookups.js'
 import { createKeysRepository, type KeyForAuth } from './keys.repository.js'
 import { isScope, type Scope } from '../../scopes.js'
 import { secretMatches } from './secrets.js'
@@ -25,6 +26,8 @@ const LAST_USED_EVERY_MS = 60_000
 /** How long a key read from the database is trusted: a revocation or quota change lands within this. */
 export const KEY_CACHE_MS = 5_000
 const MAX_CACHED_KEYS = 10_000
+/** The most key ids one look-up statement carries. */
+const LOOKUPS_PER_STATEMENT = 100
 
 /**
  * How long a key id that authenticated stays known to the process after its last success, so
@@ -45,6 +48,7 @@ interface Cached { row: KeyForAuth | undefined, until: number }
  */
 export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () => number = Date.now, onError: (err: unknown) => void = () => {}) {
   const keys = createKeysRepository(db)
+  const find = createGatheredLookups((ids) => keys.findManyForAuth(ids), LOOKUPS_PER_STATEMENT)
   const cache = new Map<string, Cached>()
   const lastTouched = new Map<string, number>()
   // Key ids by their last successful authentication, oldest first.
@@ -68,7 +72,7 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
   async function lookup (keyId: string): Promise<KeyForAuth | undefined> {
     const hit = cache.get(keyId)
     if (hit !== undefined && hit.until > now()) return hit.row
-    const row = await keys.findForAuth(keyId)
+    const row = await find(keyId)
     if (cache.size >= MAX_CACHED_KEYS) cache.delete(cache.keys().next().value!)
     cache.set(keyId, { row, until: now() + KEY_CACHE_MS })
     return row

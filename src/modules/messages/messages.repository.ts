@@ -1,6 +1,6 @@
 import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
-import { queryRows } from '../../db/rows.js'
+import { dateOf, dateOrNull, queryRows, type DriverTime } from '../../db/rows.js'
 import { openText, record } from '../../sealing/records.js'
 import type { Message } from './messages.schemas.js'
 import { openedBody, storedBody } from './message-body.js'
@@ -23,12 +23,10 @@ export interface MessageColumns {
   /** As stored: sealed under sealed_by's key, or plain when that is null. */
   body: string
   sealed_by: string | null
-  created_at: Date | string
-  edited_at: Date | string | null
+  created_at: DriverTime
+  edited_at: DriverTime | null
   reply_to: string | null
 }
-
-const dateOf = (value: Date | string): Date => value instanceof Date ? value : new Date(value)
 
 /** The fields of a message read by raw SQL (history pages, exports), its body opened. */
 export function messageFieldsOf (r: MessageColumns): MessageFields {
@@ -38,7 +36,7 @@ export function messageFieldsOf (r: MessageColumns): MessageFields {
     recipient: r.recipient,
     body: openedBody({ id: r.id, body: r.body, sealedBy: r.sealed_by }),
     createdAt: dateOf(r.created_at),
-    editedAt: r.edited_at === null ? null : dateOf(r.edited_at),
+    editedAt: dateOrNull(r.edited_at),
     replyTo: r.reply_to
   }
 }
