@@ -56,6 +56,8 @@ const forAuth = (): SQL => sql`
   FROM ${apiKeys} k JOIN ${users} u ON u.address = k.address
   WHERE k.id = ANY(${sql.placeholder('keyIds')}::text[])`
 
+const touched = (): SQL => sql`UPDATE ${apiKeys} SET last_used_at = now() WHERE id = ANY(${sql.placeholder('keyIds')}::text[])`
+
 function keyForAuthOf (raw: RawKeyForAuth): KeyForAuth {
   return {
     id: raw.id,
@@ -146,8 +148,9 @@ export function createKeysRepository (db: Db) {
     },
 
     /** Records that a key was used (callers rate-limit this: it is a write). */
-    async touch (keyId: string): Promise<void> {
-      await db.update(apiKeys).set({ lastUsedAt: sql`now()` }).where(eq(apiKeys.id, keyId))
+    /** Records that these keys were used now (lastUsedAt), in one prepared statement. */
+    async touch (keyIds: string[]): Promise<void> {
+      await queryShaped(db, 'keys.touch', touched, { keyIds })
     },
 
     /** Keys, newest last, without their hashes; all of them, or one user's. */
