@@ -34,9 +34,14 @@ export function sealJson (value: unknown, name: string): { sealed: string, seale
   return sealText(JSON.stringify(value), name)
 }
 
-/** A jsonb column's value as written: parsed from its sealed string when sealedBy is set. */
-export function openJson<T> (stored: unknown, name: string, sealedBy: string | null): T {
+/**
+ * A jsonb column's value as written: parsed from its sealed string when sealedBy is set. With
+ * `shared`, a record many readers open within moments (an event's copy of a message): opened
+ * once and kept for the others (Keyring.openTextShared); each still gets its own parse.
+ */
+export function openJson<T> (stored: unknown, name: string, sealedBy: string | null, shared = false): T {
   if (sealedBy === null) return stored as T
   if (typeof stored !== 'string') throw new Error(`sealed record ${name} is not a sealed string`)
-  return JSON.parse(keyring().openText(stored, name, sealedBy)) as T
+  const ring = keyring()
+  return JSON.parse(shared ? ring.openTextShared(stored, name, sealedBy) : ring.openText(stored, name, sealedBy)) as T
 }

@@ -56,7 +56,8 @@ export function toEvent (row: EventRow): Event {
   const createdAt = row.createdAt.toISOString()
   let data = row.data
   if (row.sealedBy !== null) {
-    data = openJson<unknown>(row.data, record.eventData(row.type, row.messageId ?? ''), row.sealedBy)
+    // Shared: every recipient's copy of a group message is this one ciphertext, read by each of their connections.
+    data = openJson<unknown>(row.data, record.eventData(row.type, row.messageId ?? ''), row.sealedBy, true)
     if (row.type === 'message.received') {
       const message = (data as { message: { createdAt: string } }).message
       if (message.createdAt === '') message.createdAt = createdAt
