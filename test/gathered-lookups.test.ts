@@ -14,34 +14,55 @@ function squares () {
 
 t.test('ids asked for in one turn go out together, a statement at most perStatement of them, each answered its own', async (t) => {
   const { statements, findMany } = squares()
-  const find = createGatheredLookups(findMany, 4)
-  const answers = await Promise.all(['1', '2', '3', '4', '5', '6', 'none'].map(find))
+  const lookups = createGatheredLookups(findMany, 4)
+  const answers = await Promise.all(['1', '2', '3', '4', '5', '6', 'none'].map((id) => lookups.find(id)))
   t.same(answers, [1, 4, 9, 16, 25, 36, undefined], 'each its own row, a missing id undefined')
   t.same(statements, [['1', '2', '3', '4'], ['5', '6', 'none']], 'two statements for seven ids')
 })
 
-t.test('an id on its way is not asked for again; once answered, it is', async (t) => {
+t.test('an id on its way is not asked for again; once answered, or after reset, it is', async (t) => {
   const { statements, findMany } = squares()
-  const find = createGatheredLookups(findMany, 100)
-  const first = find('7')
+  const lookups = createGatheredLookups(findMany, 100)
+  const first = lookups.find('7')
   await new Promise((resolve) => setImmediate(resolve))
   t.same(statements, [['7']], 'the statement went out')
-  const second = find('7')
+  const second = lookups.find('7')
   t.equal(second, first, 'asked for again while the statement runs: the same answer')
-  t.same(await Promise.all([first, second, find('7')]), [49, 49, 49])
+  t.same(await Promise.all([first, second, lookups.find('7')]), [49, 49, 49])
   t.same(statements, [['7']], 'one statement')
-  t.equal(await find('7'), 49)
+  t.equal(await lookups.find('7'), 49)
   t.same(statements, [['7'], ['7']], 'after the answer, a new look-up asks again (the caller caches)')
+  const before = lookups.find('8')
+  lookups.reset()
+  t.not(lookups.find('8'), before, 'after reset, a look-up of its own')
+})
+
+t.test('a statement that does not answer is shared for a second, then later askers get their own', async (t) => {
+  const statements: string[][] = []
+  const lookups = createGatheredLookups(async (ids: string[]) => {
+    statements.push(ids)
+    // The first never answers (a connection gone half-open); later ones do.
+    if (statements.length === 1) return new Promise<Map<string, string>>(() => {})
+    return new Map(ids.map((id) => [id, `row ${id}`]))
+  }, 100)
+  const hung = lookups.find('a')
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(lookups.find('a'), hung, 'shared at first')
+  await new Promise((resolve) => setTimeout(resolve, 1_100))
+  t.equal(await lookups.find('a'), 'row a', 'a second later: a statement of its own, answered')
+  t.same(statements, [['a'], ['a']])
 })
 
 t.test('a failed statement fails every look-up it carried, and only those', async (t) => {
   let calls = 0
-  const find = createGatheredLookups(async (ids: string[]) => {
+  const lookups = createGatheredLookups(async (ids: string[]) => {
     calls++
     if (calls === 1) throw new Error('connection lost')
     return new Map(ids.map((id) => [id, id]))
-  }, 100)
-  const failed = await Promise.allSettled([find('a'), find('b')])
-  t.same(failed.map((r) => r.status), ['rejected', 'rejected'])
-  t.same(await find('a'), 'a', 'the next look-up of the same id asks again')
+  }, 2)
+  const settled = await Promise.allSettled(['a', 'b', 'c'].map((id) => lookups.find(id)))
+  t.same(settled.map((r) => r.status), ['rejected', 'rejected', 'fulfilled'], 'the first statement (a, b) failed, the second (c) answered')
+  t.same(await lookups.find('a'), 'a', 'the next look-up of the same id asks again')
+  const throwing = createGatheredLookups((): Promise<Map<string, string>> => { throw new Error('thrown, not rejected') }, 2)
+  await t.rejects(throwing.find('x'), /thrown, not rejected/, 'a look-up that throws at once still fails its callers')
 })

@@ -13,7 +13,7 @@ export async function queryRows<T> (db: Db, query: SQL): Promise<T[]> {
   return result.rows
 }
 
-/** A time as a driver answers a raw statement: pg parses it to a Date, PGlite may leave the text. */
+/** A time as a raw statement answers it: text (Drizzle's sessions leave it unparsed), or a Date. */
 export type DriverTime = string | Date
 
 export const dateOf = (value: DriverTime): Date => value instanceof Date ? value : new Date(value)

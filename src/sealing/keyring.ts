@@ -84,12 +84,14 @@ function derive (secret: Buffer): Derived {
   return { seal: createSecretKey(sub('seal v1')), search: sub('search v1').toString('hex'), tag: createSecretKey(sub('tag v1')) }
 }
 
-/** openTextShared's memory: the opened records it keeps, at most, in characters of ciphertext and plaintext. */
+/** openTextShared's memory: the opened records it keeps, at most, in characters (UTF-16 units) of ciphertext and plaintext. */
 const SHARED_CHARS_MAX = 4 * 1024 * 1024
 /** A record larger than this is opened each time, not kept. */
 const SHARED_RECORD_CHARS_MAX = 64 * 1024
+/** A kept record not read for this long is dropped at the next call: a fan-out's readers come within moments. */
+const SHARED_IDLE_MS = 60_000
 
-interface SharedOpen { record: string, keyId: string, plain: string }
+interface SharedOpen { record: string, keyId: string, plain: string, readAt: number }
 
 export class Keyring {
   /** The id of the key that seals new records: the first configured. */
@@ -179,26 +181,36 @@ export class Keyring {
    * held anyway while it answered; the threat model leaves the app host out (docs/security.md).
    */
   openTextShared (sealed: string, record: string, keyId: string): string {
+    const now = performance.now()
     const hit = this.#shared.get(sealed)
+    if (hit !== undefined) this.#forget(sealed, hit)
     if (hit !== undefined && hit.record === record && hit.keyId === keyId) {
-      this.#shared.delete(sealed)
-      this.#shared.set(sealed, hit)
+      this.#keep(sealed, { ...hit, readAt: now })
       return hit.plain
     }
     const plain = this.openText(sealed, record, keyId)
-    const chars = sealed.length + plain.length
-    if (chars <= SHARED_RECORD_CHARS_MAX) {
-      if (hit !== undefined) this.#sharedChars -= sealed.length + hit.plain.length
-      this.#shared.delete(sealed)
-      this.#shared.set(sealed, { record, keyId, plain })
-      this.#sharedChars += chars
-      for (const [oldest, entry] of this.#shared) {
-        if (this.#sharedChars <= SHARED_CHARS_MAX) break
-        this.#shared.delete(oldest)
-        this.#sharedChars -= oldest.length + entry.plain.length
-      }
+    if (sealed.length + plain.length <= SHARED_RECORD_CHARS_MAX) this.#keep(sealed, { record, keyId, plain, readAt: now })
+    // Least recently read first: over the bound, or idle for SHARED_IDLE_MS, they go.
+    for (const [oldest, entry] of this.#shared) {
+      if (this.#sharedChars <= SHARED_CHARS_MAX && now - entry.readAt < SHARED_IDLE_MS) break
+      this.#forget(oldest, entry)
     }
     return plain
+  }
+
+  #keep (sealed: string, entry: SharedOpen): void {
+    this.#shared.set(sealed, entry)
+    this.#sharedChars += sealed.length + entry.plain.length
+  }
+
+  #forget (sealed: string, entry: SharedOpen): void {
+    this.#shared.delete(sealed)
+    this.#sharedChars -= sealed.length + entry.plain.length
+  }
+
+  /** What openTextShared keeps now: records, and their characters. */
+  get sharedOpens (): { records: number, chars: number } {
+    return { records: this.#shared.size, chars: this.#sharedChars }
   }
 
   /**

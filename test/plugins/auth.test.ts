@@ -118,7 +118,7 @@ t.test('a key that authenticated stays known for KNOWN_KEY_MS after its cache en
   t.notOk(authenticator.isKnown(key.keyId), `forgotten ${KNOWN_KEY_MS / 60_000} minutes after its last success`)
 })
 
-t.test('keys authenticating at once are looked up together, each as itself: the right secret, a wrong one, a revoked key, an unknown id', async (t) => {
+t.test('keys authenticating at once (their look-ups gathered) each get their own answer: the right secret, a wrong one, a revoked key, an unknown id', async (t) => {
   const { db, createKey, createUser } = await build(t)
   const keys = []
   for (let i = 0; i < 12; i++) {

@@ -49,8 +49,11 @@ interface Cached { row: KeyForAuth | undefined, until: number }
  */
 export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () => number = Date.now, onError: (err: unknown) => void = () => {}) {
   const keys = createKeysRepository(db)
-  const find = createGatheredLookups((ids) => keys.findManyForAuth(ids), LOOKUPS_PER_STATEMENT)
+  const lookups = createGatheredLookups((ids) => keys.findManyForAuth(ids), LOOKUPS_PER_STATEMENT)
   const cache = new Map<string, Cached>()
+  // Counts clear()s: a look-up that began before one (it may have read a key as it was before
+  // this process changed it) answers its own request but is not cached.
+  let clears = 0
   const lastTouched = new Map<string, number>()
   // Key ids by their last successful authentication, oldest first.
   const verifiedAt = new Map<string, number>()
@@ -86,7 +89,9 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
   async function lookup (keyId: string): Promise<KeyForAuth | undefined> {
     const hit = cache.get(keyId)
     if (hit !== undefined && hit.until > now()) return hit.row
-    const row = await find(keyId)
+    const began = clears
+    const row = await lookups.find(keyId)
+    if (began !== clears) return row
     if (cache.size >= MAX_CACHED_KEYS) cache.delete(cache.keys().next().value!)
     cache.set(keyId, { row, until: now() + KEY_CACHE_MS })
     return row
@@ -120,6 +125,9 @@ export function createAuthenticator (db: Db, defaultDailyQuota: number, now: () 
     },
     /** Forgets cached keys (tests, and after this process changes a key itself). */
     clear (): void {
+      clears++
+      // Requests from now on look their keys up anew, not with a statement already on its way.
+      lookups.reset()
       cache.clear()
       lastTouched.clear()
       verifiedAt.clear()

@@ -36,7 +36,7 @@ export function toKey (key: ApiKey): Key {
 /** A key as authentication sees it: with its hash, and whether its user is deactivated. */
 export type KeyForAuth = ApiKeyRow & { userDeactivatedAt: Date | null }
 
-/** findManyForAuth's row as the driver answers it (a time is a Date from pg, and may be a string from PGlite). */
+/** findManyForAuth's row as the driver answers it (a time as text, or a Date: dateOf takes either). */
 interface RawKeyForAuth {
   id: string
   address: string
@@ -56,7 +56,12 @@ const forAuth = (): SQL => sql`
   FROM ${apiKeys} k JOIN ${users} u ON u.address = k.address
   WHERE k.id = ANY(${sql.placeholder('keyIds')}::text[])`
 
-const touched = (): SQL => sql`UPDATE ${apiKeys} SET last_used_at = now() WHERE id = ANY(${sql.placeholder('keyIds')}::text[])`
+// Rows locked in id order, and skipped when another transaction holds one (an admin's change,
+// an erasure, another instance's batch): the time is a hint, and a batch of 500 waiting on one
+// row would hold the others' locks meanwhile, or deadlock with a writer that locks in another order.
+const touched = (): SQL => sql`
+  UPDATE ${apiKeys} SET last_used_at = now()
+  WHERE id IN (SELECT id FROM ${apiKeys} WHERE id = ANY(${sql.placeholder('keyIds')}::text[]) ORDER BY id FOR UPDATE SKIP LOCKED)`
 
 function keyForAuthOf (raw: RawKeyForAuth): KeyForAuth {
   return {
@@ -147,8 +152,7 @@ export function createKeysRepository (db: Db) {
       return row
     },
 
-    /** Records that a key was used (callers rate-limit this: it is a write). */
-    /** Records that these keys were used now (lastUsedAt), in one prepared statement. */
+    /** Records that these keys were used now (lastUsedAt), in one prepared statement (callers rate-limit this: it is a write). */
     async touch (keyIds: string[]): Promise<void> {
       await queryShaped(db, 'keys.touch', touched, { keyIds })
     },
