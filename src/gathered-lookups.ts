@@ -7,7 +7,7 @@
  * long-polls back in the same few turns: one statement each was a round trip, a plan and a
  * backend's turn per request. A failed statement fails every look-up it carried.
  */
-export function createGatheredLookups<V> (findMany: (ids: string[]) => Promise<Map<string, V>>, perStatement: number) {
+export function createGatheredLookups<V> (findMany: (ids: string[]) => Promise<Map<string, V>>, perStatement: number, now: () => number = () => performance.now()) {
   interface Waiting { resolve: (value: V | undefined) => void, reject: (err: unknown) => void }
   let next = new Map<string, Waiting>()
   // Each id from when it is asked for until its statement answers: askers within SHARE_MS share it.
@@ -30,12 +30,12 @@ export function createGatheredLookups<V> (findMany: (ids: string[]) => Promise<M
       const already = asked.get(id)
       // A statement that has not answered within SHARE_MS (a connection gone half-open) is left
       // to those already waiting on it: later askers get a statement of their own.
-      if (already !== undefined && performance.now() - already.at < SHARE_MS) return already.answer
+      if (already !== undefined && now() - already.at < SHARE_MS) return already.answer
       const answer = new Promise<V | undefined>((resolve, reject) => {
         if (next.size === 0) setImmediate(flush)
         next.set(id, { resolve, reject })
       })
-      const entry = { answer, at: performance.now() }
+      const entry = { answer, at: now() }
       asked.set(id, entry)
       const forget = () => { if (asked.get(id) === entry) asked.delete(id) }
       answer.then(forget, forget)

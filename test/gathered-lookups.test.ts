@@ -39,16 +39,18 @@ t.test('an id on its way is not asked for again; once answered, or after reset, 
 
 t.test('a statement that does not answer is shared for a second, then later askers get their own', async (t) => {
   const statements: string[][] = []
+  let clock = 0
   const lookups = createGatheredLookups(async (ids: string[]) => {
     statements.push(ids)
     // The first never answers (a connection gone half-open); later ones do.
     if (statements.length === 1) return new Promise<Map<string, string>>(() => {})
     return new Map(ids.map((id) => [id, `row ${id}`]))
-  }, 100)
+  }, 100, () => clock)
   const hung = lookups.find('a')
   await new Promise((resolve) => setImmediate(resolve))
-  t.equal(lookups.find('a'), hung, 'shared at first')
-  await new Promise((resolve) => setTimeout(resolve, 1_100))
+  clock += 999
+  t.equal(lookups.find('a'), hung, 'shared within the second')
+  clock += 1
   t.equal(await lookups.find('a'), 'row a', 'a second later: a statement of its own, answered')
   t.same(statements, [['a'], ['a']])
 })
