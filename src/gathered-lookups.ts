@@ -9,7 +9,8 @@
  */
 export function createGatheredLookups<V> (findMany: (ids: string[]) => Promise<Map<string, V>>, perStatement: number, now: () => number = () => performance.now()) {
   interface Waiting { resolve: (value: V | undefined) => void, reject: (err: unknown) => void }
-  let next = new Map<string, Waiting>()
+  // Ids for the next statement, each with everyone waiting on it (several after a reset in the same turn).
+  let next = new Map<string, Waiting[]>()
   // Each id from when it is asked for until its statement answers: askers within SHARE_MS share it.
   const asked = new Map<string, { answer: Promise<V | undefined>, at: number }>()
 
@@ -20,8 +21,8 @@ export function createGatheredLookups<V> (findMany: (ids: string[]) => Promise<M
     for (let i = 0; i < ids.length; i += perStatement) {
       const part = ids.slice(i, i + perStatement)
       Promise.resolve().then(() => findMany(part)).then(
-        (found) => { for (const id of part) taken.get(id)!.resolve(found.get(id)) },
-        (err: unknown) => { for (const id of part) taken.get(id)!.reject(err) })
+        (found) => { for (const id of part) for (const w of taken.get(id)!) w.resolve(found.get(id)) },
+        (err: unknown) => { for (const id of part) for (const w of taken.get(id)!) w.reject(err) })
     }
   }
 
@@ -33,7 +34,9 @@ export function createGatheredLookups<V> (findMany: (ids: string[]) => Promise<M
       if (already !== undefined && now() - already.at < SHARE_MS) return already.answer
       const answer = new Promise<V | undefined>((resolve, reject) => {
         if (next.size === 0) setImmediate(flush)
-        next.set(id, { resolve, reject })
+        const waiting = next.get(id)
+        if (waiting === undefined) next.set(id, [{ resolve, reject }])
+        else waiting.push({ resolve, reject })
       })
       const entry = { answer, at: now() }
       asked.set(id, entry)
