@@ -44,11 +44,50 @@ function isTransaction (db: Db): boolean {
   return db instanceof PgTransaction
 }
 
+/** What runs once a transaction has committed, given the database it was begun on. */
+type AfterCommit = (root: Db) => void
+/** The after-commit work of each transaction this module began, by its `tx` (and savepoints'). */
+const committing = new WeakMap<Db, { root: Db, hooks: AfterCommit[] }>()
+
+/**
+ * Runs `hook` once what was written through `db` has committed: at once when `db` is the
+ * database itself (its statement committed on its own), else when the outermost transaction
+ * `db` belongs to commits, and never if it rolls back (a savepoint rolled back drops the hooks
+ * registered within it). For work the database must not do inside a writer's commit, such as
+ * NOTIFY (events/announcements.repository.ts). `hook` must not throw. A transaction begun elsewhere than
+ * here has no way to run it: that is a mistake in this program, and throws.
+ */
+export function afterCommit (db: Db, hook: AfterCommit): void {
+  if (!isTransaction(db)) return hook(db)
+  const pending = committing.get(db)
+  if (pending === undefined) throw new Error('afterCommit: a transaction not begun by db/transaction.ts')
+  pending.hooks.push(hook)
+}
+
+/**
+ * One run of `work` in a transaction (or a savepoint of `db`'s), its after-commit hooks run
+ * once it commits (or, for a savepoint, handed to its transaction once released).
+ */
+async function runOnce<T> (db: Db, work: (tx: Db) => Promise<T>, config?: PgTransactionConfig): Promise<T> {
+  const nested = isTransaction(db)
+  const outer = committing.get(db)
+  // A savepoint of a transaction begun elsewhere registers nothing: afterCommit throws there.
+  const mine = nested && outer === undefined ? undefined : { root: outer?.root ?? db, hooks: [] as AfterCommit[] }
+  const result = await db.transaction((tx) => {
+    if (mine !== undefined) committing.set(tx, mine)
+    return work(tx)
+  }, nested ? undefined : config)
+  if (mine !== undefined && outer !== undefined) outer.hooks.push(...mine.hooks)
+  else if (mine !== undefined) for (const hook of mine.hooks) hook(mine.root)
+  return result
+}
+
 /**
  * The one way to run a transaction: `db.transaction(work)`, retried whole on deadlock or
  * serialization failure (or a lost named statement). `work` may therefore run more than once:
- * it must do nothing outside the database that a rollback would not undo. `npm run lint`
- * refuses a bare `db.transaction` elsewhere in src/ (eslint.config.js names the exceptions).
+ * it must do nothing outside the database that a rollback would not undo (afterCommit defers
+ * what must happen only once it commits). `npm run lint` refuses a bare `db.transaction`
+ * elsewhere in src/ (eslint.config.js names the exceptions).
  *
  * Inside another transaction (`db` is one) it is a savepoint, run once: the failure belongs to
  * the transaction around it, which must run again whole (a serialization failure recurs for as
@@ -57,6 +96,14 @@ function isTransaction (db: Db): boolean {
  * applies to a transaction of its own only: a savepoint has its transaction's.
  */
 export async function transaction<T> (db: Db, work: (tx: Db) => Promise<T>, config?: PgTransactionConfig): Promise<T> {
-  if (isTransaction(db)) return db.transaction(work)
-  return withRetry(() => db.transaction(work, config))
+  if (isTransaction(db)) return runOnce(db, work)
+  return withRetry(() => runOnce(db, work, config))
+}
+
+/**
+ * One try at a transaction, not run again on a deadlock or serialization failure: for a caller
+ * that handles those itself (the send writer splits a failed batch and tries each send alone).
+ */
+export async function transactionOnce<T> (db: Db, work: (tx: Db) => Promise<T>): Promise<T> {
+  return runOnce(db, work)
 }

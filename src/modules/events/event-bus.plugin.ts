@@ -1,7 +1,9 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Database } from '../../db/client.js'
+import { loggableError } from '../../db/errors.js'
 import { createEventBus, type EventBus } from './event-bus.js'
+import { onAnnounceError } from './announcements.repository.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -15,7 +17,8 @@ export interface EventBusPluginOptions {
 }
 
 /**
- * One LISTEN connection for the process, listening before the app is ready. Stopped before
+ * One LISTEN connection for the process, listening before the app is ready; what this process
+ * announces (announcements.repository.ts) and fails to is logged here. Stopped before
  * connections drain: waiting long-polls answer (empty) at once instead of holding shutdown.
  * After the shutdown plugin (a declared dependency), whose preClose hook must run first: the
  * answers the stop wakes then carry `Connection: close`.
@@ -23,6 +26,10 @@ export interface EventBusPluginOptions {
 export const eventBusPlugin = fp(async (app: FastifyInstance, opts: EventBusPluginOptions) => {
   const bus = createEventBus(opts.database)
   await bus.start()
+  onAnnounceError(opts.database.db, (err, feeds) => {
+    // Shutting down, the database may close before a last announcement: nobody waits by then.
+    if (!bus.closing) app.log.warn({ err: loggableError(err), feeds }, 'telling listeners of grown feeds failed: their waiters read them again within 30 s')
+  })
   app.decorate('eventBus', bus)
   app.addHook('preClose', async () => { await bus.stop() })
 }, { name: 'event-bus', dependencies: ['shutdown'] })

@@ -1,5 +1,5 @@
 import type { Database } from '../../db/client.js'
-import { EVENTS_CHANNEL } from './events.repository.js'
+import { EVENTS_CHANNEL } from './announcements.repository.js'
 
 export interface Subscription {
   /**

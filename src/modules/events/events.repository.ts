@@ -5,11 +5,7 @@ import { keyMayRead } from '../keys/keys.repository.js'
 import { openJson, record, sealJson } from '../../sealing/records.js'
 import type { Event, EventData, EventType } from './events.schemas.js'
 import { eventAcks, events, keyFeeds, type EventRow } from './events.table.js'
-
-/** The NOTIFY channel: its payload is a comma-separated list of addresses whose feeds grew. */
-export const EVENTS_CHANNEL = 'parley_events'
-// NOTIFY payloads stop at 8000 bytes; addresses are at most 64 characters.
-export const ADDRESSES_PER_NOTIFY = 100
+import { announceGrowth } from './announcements.repository.js'
 
 /** An event of the catalogue (events.schemas.ts): a `type` and the `data` that type carries. */
 export type EventOf = { [T in EventType]: { type: T, data: EventData<T> } }[EventType]
@@ -85,20 +81,6 @@ const visible = (address: string | Placeholder | SQL, keyId?: string | Placehold
   or(isNull(events.expiresAt), gt(events.expiresAt, sql`now()`)),
   keyId === undefined ? undefined : sql`NOT ${ackedBy(keyId)}`
 )
-
-/**
- * The NOTIFY calls that tell listeners these feeds grew, to select in the statement that grows
- * them (PostgreSQL delivers a NOTIFY only on commit, so listeners hear once the events are
- * visible): addresses sorted, ADDRESSES_PER_NOTIFY to a call.
- */
-function notifyCalls (addresses: string[]): SQL[] {
-  const sorted = [...new Set(addresses)].sort()
-  const calls: SQL[] = []
-  for (let i = 0; i < sorted.length; i += ADDRESSES_PER_NOTIFY) {
-    calls.push(sql`pg_notify(${EVENTS_CHANNEL}, ${sorted.slice(i, i + ADDRESSES_PER_NOTIFY).join(',')})`)
-  }
-  return calls
-}
 
 /**
  * The feed counter protocol, as two CTEs for the statement that appends the events:
@@ -264,13 +246,13 @@ export function createEventsRepository (db: Db) {
       // or a typing start in a 1,000-member group) was 7,000 parameters for the query builder
       // to write and the database to parse and plan, and held the event loop ~90 ms.
       const column = (value: (row: typeof rows[number]) => unknown) => sql.param(rows.map(value))
-      await db.execute(sql`WITH appended AS (
-          INSERT INTO ${events} (address, seq, type, data, sealed_by, message_id, expires_at)
-          SELECT address, seq, type, data::jsonb, sealed_by, message_id, expires_at::timestamptz
-          FROM unnest(${column((r) => r.address)}::text[], ${column((r) => r.seq)}::bigint[], ${column((r) => r.type)}::text[],
-            ${column((r) => r.json)}::text[], ${column((r) => r.sealedBy)}::text[], ${column((r) => r.messageId)}::text[],
-            ${column((r) => r.expiresAt)}::text[]) AS r(address, seq, type, data, sealed_by, message_id, expires_at)
-        ) SELECT ${sql.join(notifyCalls([...next.keys()]), sql`, `)}`)
+      await db.execute(sql`INSERT INTO ${events} (address, seq, type, data, sealed_by, message_id, expires_at)
+        SELECT address, seq, type, data::jsonb, sealed_by, message_id, expires_at::timestamptz
+        FROM unnest(${column((r) => r.address)}::text[], ${column((r) => r.seq)}::bigint[], ${column((r) => r.type)}::text[],
+          ${column((r) => r.json)}::text[], ${column((r) => r.sealedBy)}::text[], ${column((r) => r.messageId)}::text[],
+          ${column((r) => r.expiresAt)}::text[]) AS r(address, seq, type, data, sealed_by, message_id, expires_at)`)
+      // Listeners hear of it once the caller's transaction commits (announcements.repository.ts).
+      announceGrowth(db, next.keys())
     },
 
     /**

@@ -2,7 +2,8 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import type { UploadedFile } from './uploaded-file.js'
 import { queryPrepared, queryShaped } from '../../db/rows.js'
-import { ADDRESSES_PER_NOTIFY, EVENTS_CHANNEL, takeFeedIds, type EventDataJson } from '../events/events.repository.js'
+import { takeFeedIds, type EventDataJson } from '../events/events.repository.js'
+import { announceGrowth } from '../events/announcements.repository.js'
 import { GROUP_LOCK_CLASS } from '../groups/groups.repository.js'
 import { IDEMPOTENCY_WINDOW_MS, type RequestTag } from './idempotency.repository.js'
 import { keyring } from '../../sealing/keyring.js'
@@ -80,6 +81,8 @@ interface OutcomeRow {
   created_at: string
   reset_at: string | number
   fan_out: number | null
+  /** On the first row only: every feed the batch grew, for listeners to hear of once it commits. */
+  fed: string[] | null
 }
 
 /**
@@ -205,8 +208,8 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
 }
 
 /**
- * Writes a batch of sends in one statement, so the batch costs one commit, one WAL flush
- * and one NOTIFY however many sends it holds; each send keeps its own outcome. Per send: a
+ * Writes a batch of sends in one statement, so the batch costs one commit and one WAL flush
+ * however many sends it holds; each send keeps its own outcome. Per send: a
  * recipient that is no user, or a deactivated one, writes nothing; a held Idempotency-Key with a live record writes nothing (the caller replays or
  * refuses); the rest ask for quota, but those of no key (keyId null), which go uncounted.
  *
@@ -219,8 +222,8 @@ export async function holdGroups (tx: Db, ids: string[]): Promise<void> {
  * gets consecutive ids in batch order), user rows locked in address order after every quota row
  * (the same order as every other send, so sends never deadlock each other), and write the
  * message, a delivery row and a message.received event per recipient and, with an
- * Idempotency-Key, its record. NOTIFYs name every feed that grew, 100 to a call; PostgreSQL
- * delivers them at commit, once the events are visible.
+ * Idempotency-Key, its record. Every feed that grew is announced once the batch has committed
+ * (announcements.repository.ts), so listeners read the events visible.
  */
 export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWaitMs?: number } = {}): Promise<BatchOutcome[]> {
   const files = sends.flatMap((s, i) => s.files.map((file, j) => ({ ord: i + 1, n: j + 1, messageId: s.messageId, file })))
@@ -237,6 +240,7 @@ export async function writeBatch (db: Db, sends: BatchSend[], options: { lockWai
   const shape = `send-batch ${toGroups ? 'groups' : 'users'} ${keyed ? 'keyed' : 'unkeyed'} ${slots} ${lockWaitMs ?? 'wait'}`
   const rows = await queryShaped<OutcomeRow>(db, shape, () => batchStatement(toGroups, keyed, slots, lockWaitMs),
     batchValues(sends, files, slots))
+  announceGrowth(db, rows[0]?.fed ?? [])
   return rows.map((r) => ({
     found: r.found,
     deactivated: r.deactivated,
@@ -392,17 +396,13 @@ function batchStatement (toGroups: boolean, keyed: boolean, slots: number, lockW
       ON CONFLICT (key_id, idempotency_key) DO UPDATE SET request_hash = excluded.request_hash, sealed_by = excluded.sealed_by,
         message_id = excluded.message_id, created_at = now()
     )`
-      : sql``}${withFiles}, notified AS (
-      SELECT pg_notify(${EVENTS_CHANNEL}, string_agg(address, ',' ORDER BY address))
-      FROM (SELECT address, (row_number() OVER (ORDER BY address) - 1) / ${ADDRESSES_PER_NOTIFY}::int AS part FROM feed) AS t
-      GROUP BY part
-    )
+      : sql``}${withFiles}
     SELECT input.ord::int AS ord, target.ord IS NOT NULL OR grouped.ord IS NOT NULL AS found, coalesce(target.deactivated, false) AS deactivated,
       coalesce(grouped.member, false) AS member,
       earlier.message_id AS earlier_id, earlier.request_hash AS earlier_hash, earlier.sealed_by AS earlier_sealed_by, wanted.n AS key_sends, granted.used::int AS used,
       written.id IS NOT NULL AS written, (SELECT iso FROM clock) AS created_at,
-      extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at, (SELECT count(*) FROM notified) AS notifies,
-      fanned.n AS fan_out
+      extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint AS reset_at,
+      fanned.n AS fan_out, CASE WHEN input.ord = 1 THEN (SELECT array_agg(address) FROM feed) END AS fed
     FROM input
       LEFT JOIN target ON target.ord = input.ord
       LEFT JOIN grouped ON grouped.ord = input.ord

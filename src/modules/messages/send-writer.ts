@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Db } from '../../db/client.js'
 import { isDatabaseUnavailable, sqlState } from '../../db/errors.js'
+import { transactionOnce } from '../../db/transaction.js'
 import { Unavailable } from '../../errors.js'
 import { createIdempotencyRepository } from './idempotency.repository.js'
 import { boundLockWaits, holdGroups, writeBatch, type BatchOutcome, type BatchSend } from './send-batch.repository.js'
@@ -75,8 +76,7 @@ export function createSendWriter<P extends QueuedSend> (db: Db, committed: (batc
     if (!keyed && groups.length === 0) return writeBatch(db, sends, bounded)
     // One try by design: a failed batch is split and each send tried again alone (writeAlone),
     // so a retry of the whole batch would hold every send in it behind one held row.
-    // eslint-disable-next-line no-restricted-syntax
-    return db.transaction(async (tx) => {
+    return transactionOnce(db, async (tx) => {
       await boundLockWaits(tx, LOCK_WAIT_MS)
       if (keyed) {
         const held = await createIdempotencyRepository(tx).tryLocks(sends.map((s) => s.idempotencyKey === undefined || s.keyId === null ? undefined : { keyId: s.keyId, idempotencyKey: s.idempotencyKey }))

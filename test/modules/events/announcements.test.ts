@@ -1,0 +1,76 @@
+import { sql } from 'drizzle-orm'
+import t from 'tap'
+import { connectPostgres, type Database } from '../../../src/db/client.js'
+import { queryRows } from '../../../src/db/rows.js'
+import { transaction } from '../../../src/db/transaction.js'
+import { EVENTS_CHANNEL } from '../../../src/modules/events/announcements.repository.js'
+import { createEventsRepository } from '../../../src/modules/events/events.repository.js'
+import { build, type TestContext } from '../../helper.js'
+import { usingPostgres } from '../../support/databases.js'
+import { until } from '../../support/until.js'
+
+/** Every address announced on `database`'s channel, as heard. */
+async function hearing (t: TestContext, database: Database): Promise<string[]> {
+  const heard: string[] = []
+  const stop = await database.listen(EVENTS_CHANNEL, (payload) => { heard.push(...payload.split(',')) })
+  t.teardown(stop)
+  return heard
+}
+
+const deleted = (address: string, message: string) => ({ address, type: 'message.deleted' as const, data: { message } })
+
+t.test('feeds that grew are announced once their transaction commits, and never when it rolls back', async (t) => {
+  const { database, db, as, createUser } = await build(t)
+  for (const address of ['ann', 'bea', 'cy']) await createUser(address)
+  const heard = await hearing(t, database)
+
+  await t.rejects(transaction(db, async (tx) => {
+    await createEventsRepository(tx).append([deleted('ann', 'm1')])
+    throw new Error('the work failed')
+  }))
+  await transaction(db, async (tx) => {
+    await createEventsRepository(tx).append([deleted('bea', 'm2'), deleted('cy', 'm3'), deleted('bea', 'm4')])
+    t.same(heard, [], 'nothing is announced before the commit')
+  })
+  await until(() => heard.includes('bea') && heard.includes('cy'), { message: 'bea and cy announced' })
+
+  // A send's batch statement announces its recipients' feeds once it has committed.
+  const alice = await as('alice')
+  t.equal((await alice.post('/v2/message', { recipient: 'cy', body: 'hello' })).statusCode, 200)
+  await until(() => heard.filter((a) => a === 'cy').length === 2, { message: 'cy announced again' })
+  t.notOk(heard.includes('ann'), 'the rolled-back append was never announced')
+  const [rows] = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM events WHERE address = 'ann'`)
+  t.equal(rows!.n, 0, 'and wrote nothing')
+})
+
+t.test('writers on a slow disk do not commit one at a time: announcing holds no lock across a writer\'s flush', { skip: usingPostgres() ? false : 'the embedded database has one connection and no flush to wait for' }, async (t) => {
+  const { url, database, db, createUser } = await build(t)
+  const writers = 8
+  const addresses = Array.from({ length: writers }, (_, i) => `w${i}`)
+  for (const address of addresses) await createUser(address)
+  const heard = await hearing(t, database)
+  // A slow disk, for this database only: every flush at commit waits 50 ms first (commit_siblings
+  // 0: whatever else runs; a superuser's settings, as the test suite's role is). PostgreSQL's group commit still flushes together the commits that
+  // wait at the same time; NOTIFY's lock, held across a notifying writer's flush, would let only
+  // one through at a time (8 flushes, 8 waits).
+  await db.execute(sql.raw(`ALTER DATABASE "${new URL(url!).pathname.slice(1)}" SET commit_delay = 50000`))
+  await db.execute(sql.raw(`ALTER DATABASE "${new URL(url!).pathname.slice(1)}" SET commit_siblings = 0`))
+  const slow = await connectPostgres(url!, writers + 2)
+  t.teardown(() => slow.close())
+  const append = (address: string, n: number) => transaction(slow.db, async (tx) => {
+    await createEventsRepository(tx).append([deleted(address, `m${n}`)])
+  })
+
+  // Warm: each connection of the pool opened, its statements prepared.
+  await Promise.all(addresses.map((a) => append(a, 0)))
+  let started = performance.now()
+  await append('w0', 1)
+  const alone = performance.now() - started
+  started = performance.now()
+  await Promise.all(addresses.map((a) => append(a, 2)))
+  const together = performance.now() - started
+  t.comment(`one writer ${alone.toFixed(0)} ms; ${writers} at once ${together.toFixed(0)} ms`)
+  t.ok(alone >= 45, `a commit waits for its slow flush (${alone.toFixed(0)} ms)`)
+  t.ok(together < alone * writers / 2, `${writers} writers at once took ${together.toFixed(0)} ms: under ${writers / 2}x one alone (${alone.toFixed(0)} ms), not one flush after another`)
+  await until(() => addresses.every((a) => heard.filter((h) => h === a).length >= (a === 'w0' ? 3 : 2)), { message: 'every writer\'s feed announced each time' })
+})
