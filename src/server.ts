@@ -7,6 +7,7 @@ import { openDatabase, type Database } from './db/client.js'
 import { loggableError } from './db/errors.js'
 import { migrateDatabase } from './db/migrate.js'
 import { startStatisticsUpkeep } from './db/statistics.js'
+import { settleAnnouncements } from './modules/events/announcements.repository.js'
 import { METRICS_CONTENT_TYPE } from './modules/health/health.routes.js'
 import { demoBanner, seedDemoKey } from './modules/keys/demo.js'
 import { createUsersRepository } from './modules/users/users.repository.js'
@@ -91,7 +92,11 @@ export async function startService (given: Config, options: StartOptions = {}): 
     await verifySealingKeys(database.db, sealing)
     await createUsersRepository(database.db).ensureBot(config.testBotAddress)
     app = await buildApp({ config, database, logStream: options.logStream })
-    app.addHook('onClose', async () => { await database.close() })
+    // The last writes' announcements go out first: other instances' waiters hear of them now.
+    app.addHook('onClose', async () => {
+      await settleAnnouncements(database.db)
+      await database.close()
+    })
     const log = app.log
     database.onStatementsLost((err) => {
       log.warn({ err: loggableError(err) }, 'a named prepared statement was not found on its connection: DATABASE_URL looks like a ' +

@@ -62,4 +62,8 @@ t.test('afterCommit runs once what it follows has committed, and never for what 
     afterCommit(tx, note('foreign'))
   }), /not begun by db\/transaction.ts/)
   t.same(ran, [], 'nothing ran for it')
+  await t.rejects(db.transaction(async (tx) => {
+    await transaction(tx, async (savepoint) => { afterCommit(savepoint, note('foreign savepoint')) })
+  }), /not begun by db\/transaction.ts/, 'nor a savepoint of one')
+  t.same(ran, [], 'nothing ran for that either')
 })

@@ -9,7 +9,14 @@ export const EVENTS_CHANNEL = 'parley_events'
  * Addresses to one NOTIFY, comma-separated: 100 of at most 64 characters stay under the 8,000
  * bytes PostgreSQL allows a payload.
  */
-export const ADDRESSES_PER_NOTIFY = 100
+const ADDRESSES_PER_NOTIFY = 100
+/**
+ * How long an announcement is waited for: past it, the next one goes on another connection of
+ * the pool (a connection that hangs must not silence every later announcement of the process).
+ */
+const ANNOUNCE_TIMEOUT_MS = 5_000
+/** How long shutdown waits for the announcements still to go out before the database closes. */
+const SETTLE_MS = 2_000
 
 /**
  * Why announcing waits for the commit, in a statement of its own: PostgreSQL gives every
@@ -29,7 +36,8 @@ export const ADDRESSES_PER_NOTIFY = 100
  */
 interface Announcer {
   pending: Set<string>
-  running: boolean
+  /** The announcements under way, until none is left to make. */
+  running: Promise<void> | undefined
   onError: (err: unknown, addresses: number) => void
 }
 
@@ -37,7 +45,7 @@ const announcers = new WeakMap<Db, Announcer>()
 
 function announcerOf (root: Db): Announcer {
   let announcer = announcers.get(root)
-  if (announcer === undefined) announcers.set(root, announcer = { pending: new Set(), running: false, onError: () => {} })
+  if (announcer === undefined) announcers.set(root, announcer = { pending: new Set(), running: undefined, onError: () => {} })
   return announcer
 }
 
@@ -47,19 +55,40 @@ function announcement (payloads: string[]) {
     (SELECT count(pg_notify(${EVENTS_CHANNEL}, p)) FROM unnest(${sql.param(payloads)}::text[]) AS p) AS notified`
 }
 
-async function run (root: Db, announcer: Announcer): Promise<void> {
-  while (announcer.pending.size > 0) {
-    const addresses = [...announcer.pending].sort()
-    announcer.pending.clear()
-    const payloads: string[] = []
-    for (let i = 0; i < addresses.length; i += ADDRESSES_PER_NOTIFY) payloads.push(addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(','))
-    try {
-      await queryPrepared(root, announcement(payloads))
-    } catch (err) {
-      announcer.onError(err, addresses.length)
-    }
+async function announce (root: Db, addresses: string[]): Promise<void> {
+  const payloads: string[] = []
+  for (let i = 0; i < addresses.length; i += ADDRESSES_PER_NOTIFY) payloads.push(addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(','))
+  let timer: NodeJS.Timeout | undefined
+  const timedOut = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer to an announcement within ${ANNOUNCE_TIMEOUT_MS} ms`)), ANNOUNCE_TIMEOUT_MS)
+  })
+  const made = queryPrepared(root, announcement(payloads))
+  made.catch(() => {}) // answered after its timeout: nobody waits for it any more
+  try {
+    await Promise.race([made, timedOut])
+  } finally {
+    clearTimeout(timer)
   }
-  announcer.running = false
+}
+
+/** Makes announcements, one at a time, while feeds wait to be announced; then frees the way. */
+function schedule (root: Db, announcer: Announcer): void {
+  if (announcer.running !== undefined) return
+  announcer.running = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
+    while (announcer.pending.size > 0) {
+      const addresses = [...announcer.pending].sort()
+      announcer.pending.clear()
+      try {
+        await announce(root, addresses)
+      } catch (err) {
+        try { announcer.onError(err, addresses.length) } catch {}
+      }
+    }
+  }).finally(() => {
+    announcer.running = undefined
+    // A feed added after the loop's last look (between its end and this) is announced too.
+    if (announcer.pending.size > 0) schedule(root, announcer)
+  })
 }
 
 /**
@@ -72,10 +101,23 @@ export function announceGrowth (db: Db, addresses: Iterable<string>): void {
   afterCommit(db, (root) => {
     const announcer = announcerOf(root)
     for (const address of grown) announcer.pending.add(address)
-    if (announcer.running) return
-    announcer.running = true
-    setImmediate(() => { void run(root, announcer) })
+    schedule(root, announcer)
   })
+}
+
+/**
+ * Waits (SETTLE_MS at most) for the announcements still to be made on `root`: shutdown, before
+ * the database closes, so the last writes wake other instances' waiters at once.
+ */
+export async function settleAnnouncements (root: Db): Promise<void> {
+  const deadline = performance.now() + SETTLE_MS
+  for (let running = announcers.get(root)?.running; running !== undefined; running = announcers.get(root)?.running) {
+    const left = deadline - performance.now()
+    if (left <= 0) return
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([running, new Promise((resolve) => { timer = setTimeout(resolve, left) })])
+    clearTimeout(timer)
+  }
 }
 
 /** Whom to tell when an announcement on `root` fails (the event bus logs it). */

@@ -77,8 +77,8 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
     // event committed before it, and every acknowledgement the caller was answered), and a
     // feed's events commit in id order (takeFeedIds holds the feed's row to commit) and so
     // replay in id order, so what it sees of a feed is always a prefix, and `last` never passes
-    // an event still to come. A waiting read stays on the primary: it is woken by a NOTIFY the
-    // moment an event commits, and on the replica would then wait for replay as well.
+    // an event still to come. A waiting read stays on the primary: it is woken by a NOTIFY as
+    // soon as an event has committed, and on the replica would then wait for replay as well.
     let rows = await read(req.query.wait === undefined || req.query.wait === 0)
     if (rows.length === 0 && Date.now() < deadline && !feed.closing && !res.closed) {
       // Each waiting poll holds a socket and a timer: cap them per key, so one key cannot hoard the process.

@@ -164,9 +164,8 @@ interface SendServiceOptions {
 
 /**
  * POST /message's send, coalesced with the others in flight (send-lanes.ts): sends queued
- * together are written by one statement (writeBatch), one commit, one WAL flush and one round
- * of NOTIFY for them all, each request still answered only after that commit, each with its
- * own outcome.
+ * together are written by one statement (writeBatch), one commit and one WAL flush for them
+ * all, each request still answered only after that commit, each with its own outcome.
  *
  * A batch with sends to groups (or with Idempotency-Keys) is a transaction: the groups are held
  * shared (and the keys' locks taken) by a statement before the write, so the write's snapshot
