@@ -3,7 +3,7 @@ import t from 'tap'
 import { connectPostgres, type Database } from '../../../src/db/client.js'
 import { queryRows } from '../../../src/db/rows.js'
 import { transaction } from '../../../src/db/transaction.js'
-import { EVENTS_CHANNEL } from '../../../src/modules/events/announcements.repository.js'
+import { announceGrowth, EVENTS_CHANNEL, onAnnounceError } from '../../../src/modules/events/announcements.repository.js'
 import { createEventsRepository } from '../../../src/modules/events/events.repository.js'
 import { build, type TestContext } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
@@ -89,4 +89,39 @@ t.test('writers on a slow disk do not commit one at a time: announcing holds no 
   t.ok(median(announced) < DELAY_MS, `its feed is announced ${median(announced).toFixed(0)} ms after it commits: the announcement waits for no flush`)
   t.ok(together < median(alone) * writers / 2, `${writers} writers at once took ${together.toFixed(0)} ms: under ${writers / 2}x one alone (${median(alone).toFixed(0)} ms), not one flush after another`)
   await until(() => addresses.every((a) => heard.includes(a)), { message: 'every writer\'s feed announced' })
+})
+
+t.test('an announcement that fails is reported, and the next ones still go out', async (t) => {
+  const { database, db, createUser } = await build(t)
+  for (const address of ['fay', 'gus']) await createUser(address)
+  const heard = await hearing(t, database)
+  // The real database, whose next announcement fails as a lost connection would.
+  let failures = 1
+  const session = new Proxy(db._.session, {
+    get (target, prop, receiver) {
+      if (prop !== 'prepareQuery') return Reflect.get(target, prop, receiver) as unknown
+      return (...args: Parameters<typeof target.prepareQuery>) => {
+        const prepared = target.prepareQuery(...args)
+        if (!args[0].sql.includes('pg_notify') || failures === 0) return prepared
+        failures--
+        return { ...prepared, execute: async () => { throw new Error('Connection terminated unexpectedly') } }
+      }
+    }
+  })
+  const failing = new Proxy(db, {
+    get (target, prop, receiver) {
+      if (prop === '_') return { ...target._, session }
+      return Reflect.get(target, prop, receiver) as unknown
+    }
+  })
+  const reported: { message: string, feeds: number }[] = []
+  onAnnounceError(failing, (err, feeds) => { reported.push({ message: (err as Error).message, feeds }) })
+
+  announceGrowth(failing, ['fay'])
+  await until(() => reported.length === 1, { message: 'the failure reported' })
+  t.same(reported, [{ message: 'Connection terminated unexpectedly', feeds: 1 }], 'the failure is reported with how many feeds it concerned')
+  announceGrowth(failing, ['gus'])
+  await until(() => heard.includes('gus'), { message: 'gus announced' })
+  t.notOk(heard.includes('fay'), 'the failed one was not heard (its waiters re-read on their own)')
+  t.equal(reported.length, 1, 'and nothing else failed')
 })
