@@ -6,7 +6,7 @@ import { principalOf } from '../../plugins/auth.js'
 import { AUTHENTICATED_ERRORS, errorResponses } from '../../schemas.js'
 import { toEvent } from './events.repository.js'
 import type { FeedReads } from './feed-reads.js'
-import type { FeedWaiting } from './feed-waiting.js'
+import { CLIENT_GONE, type FeedWaiting } from './feed-waiting.js'
 import { MAX_ANSWER_BYTES } from './events.routes.js'
 import { EVENT_ID, EventId } from './events.schemas.js'
 
@@ -67,7 +67,7 @@ export const eventStreamRoutes: FastifyPluginAsyncTypebox<EventStreamRoutesOptio
     const gone = new AbortController()
     const closed = () => {
       open = false
-      gone.abort()
+      gone.abort(CLIENT_GONE)
       uncount()
     }
     res.once('close', closed)

@@ -8,7 +8,7 @@ import { arrivalOf } from '../../plugins/read-replica.js'
 import { AUTHENTICATED_ERRORS, errorResponses, NoContent } from '../../schemas.js'
 import { createEventsRepository, toEvent } from './events.repository.js'
 import type { FeedReads } from './feed-reads.js'
-import type { FeedWaiting } from './feed-waiting.js'
+import { CLIENT_GONE, type FeedWaiting } from './feed-waiting.js'
 import { AcknowledgeEventsBody, DeleteEventsQuery, EventList, ListEventsQuery } from './events.schemas.js'
 
 /**
@@ -95,7 +95,7 @@ export const eventsRoutes: FastifyPluginAsyncTypebox<EventsRoutesOptions> = asyn
         // the per-key place: the response's close, not the request's, which fires once its
         // (empty) body is read.
         const gone = new AbortController()
-        const leave = () => gone.abort()
+        const leave = () => gone.abort(CLIENT_GONE)
         res.once('close', leave)
         let refused = false
         const pages = feed.follow(me, {

@@ -4,6 +4,13 @@ import type { EventBus, Subscription } from './event-bus.js'
 /** setTimeout's largest delay: a longer one fires at once. */
 const FOREVER_MS = 2_147_483_647
 
+/**
+ * The reason a follower's signal is aborted with when its client goes away: one error for all,
+ * as `abort()` without a reason builds a DOMException, with its stack, for every connection that
+ * closes (about 150 ms of the server's busy time at 19,700 connections; nothing reads the reason).
+ */
+export const CLIENT_GONE = new Error('the client went away')
+
 export interface FollowOptions<T> {
   /**
    * Reads the feed: what it found, or undefined when there is nothing (yet). Called with the
