@@ -95,8 +95,12 @@ t.test('an announcement that fails is reported, and the next ones still go out',
   const { database, db, createUser } = await build(t)
   for (const address of ['fay', 'gus']) await createUser(address)
   const heard = await hearing(t, database)
-  // The real database, whose next announcement fails as a lost connection would.
+  // The real database, whose next announcement fails as a lost connection would, once the test
+  // lets it: the next feed grows while it hangs, so the same run of announcements must go on.
   let failures = 1
+  let fail!: () => void
+  const failing = new Promise<void>((resolve) => { fail = resolve })
+  let hanging = false
   const session = new Proxy(db._.session, {
     get (target, prop, receiver) {
       if (prop !== 'prepareQuery') return Reflect.get(target, prop, receiver) as unknown
@@ -104,23 +108,32 @@ t.test('an announcement that fails is reported, and the next ones still go out',
         const prepared = target.prepareQuery(...args)
         if (!args[0].sql.includes('pg_notify') || failures === 0) return prepared
         failures--
-        return { ...prepared, execute: async () => { throw new Error('Connection terminated unexpectedly') } }
+        return {
+          ...prepared,
+          execute: async () => {
+            hanging = true
+            await failing
+            throw new Error('Connection terminated unexpectedly')
+          }
+        }
       }
     }
   })
-  const failing = new Proxy(db, {
+  const flaky = new Proxy(db, {
     get (target, prop, receiver) {
       if (prop === '_') return { ...target._, session }
       return Reflect.get(target, prop, receiver) as unknown
     }
   })
   const reported: { message: string, feeds: number }[] = []
-  onAnnounceError(failing, (err, feeds) => { reported.push({ message: (err as Error).message, feeds }) })
+  onAnnounceError(flaky, (err, feeds) => { reported.push({ message: (err as Error).message, feeds }) })
 
-  announceGrowth(failing, ['fay'])
+  announceGrowth(flaky, ['fay'])
+  await until(() => hanging, { message: 'the first announcement under way' })
+  announceGrowth(flaky, ['gus'])
+  fail()
   await until(() => reported.length === 1, { message: 'the failure reported' })
   t.same(reported, [{ message: 'Connection terminated unexpectedly', feeds: 1 }], 'the failure is reported with how many feeds it concerned')
-  announceGrowth(failing, ['gus'])
   await until(() => heard.includes('gus'), { message: 'gus announced' })
   t.notOk(heard.includes('fay'), 'the failed one was not heard (its waiters re-read on their own)')
   t.equal(reported.length, 1, 'and nothing else failed')
