@@ -88,7 +88,7 @@ function derive (secret: Buffer): Derived {
 const SHARED_CHARS_MAX = 4 * 1024 * 1024
 /** A record larger than this is opened each time, not kept. */
 const SHARED_RECORD_CHARS_MAX = 64 * 1024
-/** A kept record not read for this long is dropped at the next call: a fan-out's readers come within moments. */
+/** A kept record not read for this long is dropped at the next miss: a fan-out's readers come within moments. */
 const SHARED_IDLE_MS = 60_000
 
 interface SharedOpen { record: string, keyId: string, plain: string, readAt: number }
@@ -101,8 +101,11 @@ export class Keyring {
   /** openTextShared's records by ciphertext, least recently read first. */
   readonly #shared = new Map<string, SharedOpen>()
   #sharedChars = 0
+  /** openTextShared's clock (ms): a test moves it past SHARED_IDLE_MS. */
+  readonly #now: () => number
 
-  constructor (keys: SealingKey[]) {
+  constructor (keys: SealingKey[], now: () => number = () => performance.now()) {
+    this.#now = now
     if (keys.length === 0) throw new Error('a keyring needs at least one key')
     this.active = keys[0]!.id
     this.ids = keys.map((k) => k.id)
@@ -181,7 +184,7 @@ export class Keyring {
    * held anyway while it answered; the threat model leaves the app host out (docs/security.md).
    */
   openTextShared (sealed: string, record: string, keyId: string): string {
-    const now = performance.now()
+    const now = this.#now()
     const hit = this.#shared.get(sealed)
     if (hit !== undefined) this.#forget(sealed, hit)
     if (hit !== undefined && hit.record === record && hit.keyId === keyId) {

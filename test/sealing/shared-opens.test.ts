@@ -1,16 +1,17 @@
 import t from 'tap'
 import { Keyring, parseSealingKeys, SealBroken } from '../../src/sealing/keyring.js'
 
-/** A keyring that counts what it really opens (openTextShared's misses). */
+/** A keyring that counts what it really opens (openTextShared's misses), on a clock the test moves. */
 function countingRing () {
-  const keys = new Keyring(parseSealingKeys(`k1:${'a1'.repeat(32)},k0:${'b2'.repeat(32)}`))
+  const clock = { now: 0 }
+  const keys = new Keyring(parseSealingKeys(`k1:${'a1'.repeat(32)},k0:${'b2'.repeat(32)}`), () => clock.now)
   const openText = keys.openText.bind(keys)
   const counted = { opened: 0 }
   keys.openText = (sealed: string, record: string, keyId: string) => {
     counted.opened++
     return openText(sealed, record, keyId)
   }
-  return { keys, counted }
+  return { keys, counted, clock }
 }
 
 t.test('a record opened for many readers is opened once, and answers only for its own name and key', async (t) => {
@@ -52,4 +53,23 @@ t.test('what it keeps is bounded: past 4 Mi characters the least recently read g
   const bigSealed = keys.sealText(big, 'events.data:message.received:big')
   t.equal(keys.openTextShared(bigSealed, 'events.data:message.received:big', 'k1'), big, 'a record over the per-record bound opens')
   t.ok(keys.sharedOpens.chars <= 4 * 1024 * 1024, 'and is not kept')
+})
+
+t.test('a record nobody read for a minute is dropped at the next miss, however little is kept', async (t) => {
+  const { keys, counted, clock } = countingRing()
+  const sealedAs = (name: string) => keys.sealText(`{"for":"${name}"}`, name)
+  const first = sealedAs('events.data:message.received:msg_a')
+  const second = sealedAs('events.data:message.received:msg_b')
+  keys.openTextShared(first, 'events.data:message.received:msg_a', 'k1')
+  clock.now += 59_000
+  keys.openTextShared(second, 'events.data:message.received:msg_b', 'k1')
+  t.equal(keys.sharedOpens.records, 2, 'within the minute both are kept')
+  clock.now += 2_000
+  keys.openTextShared(sealedAs('events.data:message.received:msg_c'), 'events.data:message.received:msg_c', 'k1')
+  t.equal(keys.sharedOpens.records, 2, 'the one idle past the minute went at the next miss; the one read 2 s ago stays')
+  counted.opened = 0
+  keys.openTextShared(second, 'events.data:message.received:msg_b', 'k1')
+  t.equal(counted.opened, 0, 'the one still fresh answers without opening')
+  keys.openTextShared(first, 'events.data:message.received:msg_a', 'k1')
+  t.equal(counted.opened, 1, 'the idle one opens again')
 })
