@@ -77,8 +77,9 @@ async function runOnce<T> (db: Db, work: (tx: Db) => Promise<T>, config?: PgTran
     if (mine !== undefined) committing.set(tx, mine)
     return work(tx)
   }, nested ? undefined : config)
-  if (mine !== undefined && outer !== undefined) outer.hooks.push(...mine.hooks)
-  else if (mine !== undefined) for (const hook of mine.hooks) hook(mine.root)
+  if (mine === undefined) return result
+  if (outer !== undefined) outer.hooks.push(...mine.hooks)
+  else for (const hook of mine.hooks) hook(mine.root)
   return result
 }
 
