@@ -39,7 +39,7 @@ function judge (t: Test, what: string, results: { status: number, ms: number }[]
   t.ok(p99(results.map((r) => r.ms)) < bound.ms, `bystander p99 < ${bound.ms.toFixed(0)} ms`)
 }
 
-t.test('30 concurrent 25 MiB downloads by one key, three times over', { skip }, async (t) => {
+t.test('30 concurrent 25 MiB downloads by one key', { skip }, async (t) => {
   const { base, abuser, carol, bound } = await setUp(t)
   const file = randomBytes(25 * 1024 * 1024)
   const form = new FormData()
@@ -53,16 +53,15 @@ t.test('30 concurrent 25 MiB downloads by one key, three times over', { skip }, 
   const watch = bystander(base, carol.authorization)
   const hashes: string[] = []
   const statuses: number[] = []
-  for (let round = 0; round < 3; round++) {
-    await Promise.all(Array.from({ length: 30 }, async () => {
-      const res = await fetch(`${base}/v2/message/${id}/attachment/1`, { headers: { authorization: abuser.authorization } })
-      statuses.push(res.status)
-      const hash = createHash('sha256')
-      for await (const chunk of res.body!) hash.update(chunk)
-      hashes.push(hash.digest('hex'))
-    }))
-  }
-  judge(t, '90 downloads', await watch.stop(), bound)
+  // One round (750 MiB, 20 s on a slow machine) shows a stall as well as three did.
+  await Promise.all(Array.from({ length: 30 }, async () => {
+    const res = await fetch(`${base}/v2/message/${id}/attachment/1`, { headers: { authorization: abuser.authorization } })
+    statuses.push(res.status)
+    const hash = createHash('sha256')
+    for await (const chunk of res.body!) hash.update(chunk)
+    hashes.push(hash.digest('hex'))
+  }))
+  judge(t, '30 downloads', await watch.stop(), bound)
   t.same([...new Set(statuses)], [200], 'the abuser\'s downloads all answered 200')
   t.same([...new Set(hashes)], [sha], 'and each brought the whole file')
 })
