@@ -18,7 +18,7 @@ const K1 = `k1:${randomBytes(32).toString('hex')}`
 const K2 = `k2:${randomBytes(32).toString('hex')}`
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'parley.js')
 /** Messages written straight into the table, plain, so that the passes have pages enough to be cut in the middle of. */
-const BULK = 20_000
+const BULK = 5_000
 
 /** The child's database, opened here while no child holds it (the embedded one admits one process). */
 async function withDatabase<T> (env: Record<string, string>, fn: (database: Database) => Promise<T>): Promise<T> {
