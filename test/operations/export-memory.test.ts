@@ -110,7 +110,8 @@ t.test(`an export of ${MESSAGES.toLocaleString('en')} messages and ${FILES * FIL
     ...Array.from({ length: WARM_UP_FILES }, (_, i) => ({ upload: 1001 + i, message: `msg_1${String((i + 1) * 1000).padStart(25, '0')}`, filename: `warm${i + 1}.bin` }))
   ]
   // On PostgreSQL every record is written sealed, as a send seals it (bound to its row, under
-  // the key the server is given): the export opens each one. The embedded database keeps them as
+  // the key the server is given; the messages without search hashes, which the export never
+  // reads): the export opens each one. The embedded database keeps them as
   // written before sealing, which the export reads the same way: sealing 1 GiB there takes
   // longer than this test may run.
   const keys = usingPostgres() ? new Keyring(parseSealingKeys(TEST_SEALING_KEYS)) : undefined
@@ -156,7 +157,7 @@ t.test(`an export of ${MESSAGES.toLocaleString('en')} messages and ${FILES * FIL
     await database.close()
   }
   phase('ready')
-  // The key the chunks were sealed with, whatever SEALING_KEYS this process has.
+  // The key the records were sealed with, whatever SEALING_KEYS this process has.
   // The bystander sends far more than a day's quota, at most one per BYSTANDER_EVERY_MS.
   const server = await startServer(t, { ...env, SEALING_KEYS: TEST_SEALING_KEYS, DAILY_MESSAGE_QUOTA: '100000' })
   const pid = server.child.pid!
