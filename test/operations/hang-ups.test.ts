@@ -108,9 +108,10 @@ t.test('a key renaming a 1,000-member group and hanging up after 150 ms, 12 at a
   // (the abuser's twelve: twelve renames). A read that comes just after a rename began waits
   // for it, and then for the event loop while the next rename builds its 999 events (84-205 ms
   // on the embedded database, BENCHMARKS.md "Connected clients"): CI saw 382 ms beside renames
-  // of 153 ms alone, one heavy place held at most. Three renames' time still tells one in
-  // flight from a backlog.
-  const bound = Math.max(5 * aloneP99, 250, 3 * renameMs)
+  // of 153 ms alone, one heavy place held at most; and 321 ms beside renames of 79 ms alone
+  // (2026-11-28, a faster machine, where the abuser's own process slows each rename too). Five
+  // renames' time still tells one in flight from a backlog (the abuser's twelve).
+  const bound = Math.max(5 * aloneP99, 250, 5 * renameMs)
   t.comment(`${sent.started} renames hung up (answered before 150 ms: ${JSON.stringify(sent.answered)}); a rename alone ${renameMs.toFixed(0)} ms`)
   t.comment(`roster p99 alone ${aloneP99.toFixed(0)} ms, under the hang-ups ${loadedP99.toFixed(0)} ms over ${loaded.length} reads (bound ${bound.toFixed(0)} ms)`)
   t.comment(`heavy places held at most ${Math.max(...samples.map((s) => s.heavy))}, database connections in use at most ${Math.max(...samples.map((s) => s.inUse))}`)

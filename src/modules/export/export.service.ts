@@ -284,9 +284,9 @@ async function * filesOf (repo: ExportRepository, address: string, until: Date) 
 }
 
 /**
- * A stored file's bytes, a chunk per statement as the archive takes them (`first`, chunk 0, read
- * already): each chunk opened whole, its row read in slices small enough for the driver's copy
- * to be freed by the young generation (attachment-chunks.repository.ts, readChunk); a file
+ * A stored file's bytes, a chunk at a time as the archive takes them (`first`, chunk 0, read
+ * already): each chunk read and opened whole (attachment-chunks.repository.ts, readChunk: one
+ * binary COPY on PostgreSQL; slices on PGlite, small enough for the young generation); a file
  * whose rows are gone meanwhile (the embedded database reads no snapshot) fails the export
  * rather than end short in silence.
  */

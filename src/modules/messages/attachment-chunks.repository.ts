@@ -1,5 +1,6 @@
 import { and, inArray, isNull, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
+import { copyOutBinary, literal, pgClientOf } from '../../db/copy-out.js'
 import { queryRows } from '../../db/rows.js'
 import { keyring } from '../../sealing/keyring.js'
 import { record } from '../../sealing/records.js'
@@ -19,13 +20,13 @@ export const CHUNK_BYTES = 256 * 1024
 const SEAL_OVERHEAD = 28
 
 /**
- * Bytes of a stored chunk read per statement: node-postgres hands bytea over as a hex string
- * twice its size, and a string over 128 KiB lives in V8's large-object space until a full
- * collection (1 MiB a query grew a server by 150 MB over a 1 GiB export); 60 KiB slices make
- * strings the young generation frees at once. A chunk is read whole (a sealed one opens only
- * whole) as several such slices, one statement each: five slices as five columns of one
- * statement kept 600 KiB of strings alive at once and grew an exporting server by 131 MiB on
- * Node 24 (68 this way).
+ * Bytes of a stored chunk read per statement on PGlite, which answers bytea as hex text: a
+ * string over 128 KiB lives in V8's large-object space until a full collection (1 MiB a query
+ * grew a server by 150 MB over a 1 GiB export, when node-postgres read chunks this way too);
+ * 60 KiB slices make strings the young generation frees at once. A chunk is read whole (a
+ * sealed one opens only whole) as several such slices, one statement each: five slices as five
+ * columns of one statement kept 600 KiB of strings alive at once and grew an exporting server by
+ * 131 MiB on Node 24 (68 this way). On PostgreSQL a chunk is one binary COPY (db/copy-out.ts).
  */
 const SLICE_BYTES = 60 * 1024
 
@@ -79,6 +80,19 @@ export function createAttachmentChunksRepository (db: Db) {
      * SealedKeyMissing (503) when its key is no longer configured.
      */
     async readChunk (uploadId: string, seq: number): Promise<Buffer[] | undefined> {
+      const client = pgClientOf(db)
+      if (client !== undefined) {
+        // PostgreSQL: the row as stored, in one statement (db/copy-out.ts).
+        const [row] = await copyOutBinary(client, sql`
+          SELECT sealed_by, data FROM ${attachmentChunks} WHERE upload_id = ${literal(uploadId)} AND seq = ${sql.raw(String(Math.trunc(seq)))}`)
+        if (row === undefined) return undefined
+        const [keyId, data] = row
+        if (data === null || data === undefined) throw new Error(`attachment ${uploadId} chunk ${seq} has no bytes`)
+        if (data.length > CHUNK_BYTES + SEAL_OVERHEAD) throw new Error(`attachment ${uploadId} chunk ${seq} holds ${data.length} bytes, more than a chunk`)
+        return keyId === null || keyId === undefined ? [data] : keyring().openPieces([data], record.attachmentChunk(uploadId, seq), keyId.toString('utf8'))
+      }
+      // PGlite: its answers are text, a bytea as hex (parsed natively: db/client.ts), so a
+      // chunk is read in slices (SLICE_BYTES).
       const slices: Buffer[] = []
       let stored = 0
       let sealedBy: string | null = null
