@@ -1,16 +1,18 @@
+import type { PGliteInterface } from '@electric-sql/pglite'
 import { sql, type SQL } from 'drizzle-orm'
 import { PgDialect } from 'drizzle-orm/pg-core'
 import pg from 'pg'
 import type { Db } from './client.js'
 
 /**
- * Reading bytea without hex. node-postgres answers every value as text, a bytea as hex twice
- * its size, decoded to a string and parsed back (its binary mode decodes values as UTF-8,
- * which corrupts bytes). `COPY (SELECT …) TO STDOUT (FORMAT binary)` answers the rows as
- * they are stored: one CopyData message per row, its fields length-prefixed, the bytes as
- * bytes. A chunk of 256 KiB is one statement so, not five slices of hex (each statement cost
- * Node about half a millisecond of `writev` on a loopback socket: 2026-11-28, an export's
- * profile), and no string the driver makes is large.
+ * Reading bytea without hex. Both drivers answer every value as text, a bytea as hex twice its
+ * size, made into a string and parsed back (node-postgres's binary mode decodes values as
+ * UTF-8, which changes bytes). A binary COPY of a SELECT answers the rows as they are stored,
+ * each field length-prefixed, the bytes as bytes: node-postgres gets them as CopyData messages
+ * (`TO STDOUT`, one message a row), PGlite as a Blob (`TO '/dev/blob'`). A chunk of 256 KiB is
+ * one statement so, not five slices of hex (each statement cost Node about half a millisecond
+ * of `writev` on a loopback socket: 2026-11-28, an export's profile; on PGlite 2 ms against
+ * 20), and no string a driver makes is large.
  */
 
 /** A row of a binary COPY: each field's bytes, null for NULL. */
@@ -23,45 +25,22 @@ const HEADER_BYTES = SIGNATURE.length + 8
 interface CopyDataMessage { chunk: Buffer }
 
 /**
- * The Submittable node-postgres runs (the interface pg-cursor and pg-query-stream use): the
- * statement goes out as a simple query, and the client hands over the answer's messages.
- * Each row is copied out of the message at once: the message is a view of the driver's read
- * buffer, which it reuses for the next read.
+ * Reads a binary COPY's stream (its signature and header, then rows, then the trailer) as it
+ * comes, a piece at a time: a node-postgres CopyData message, or PGlite's whole Blob. A row
+ * never spans two pieces (PostgreSQL sends one row per CopyData). Each field is copied out:
+ * a CopyData message is a view of the driver's read buffer, which it reuses for the next read.
  */
-class BinaryCopy {
-  /** Set by the client (query's callback argument), or by a pool, its wrapper of it. */
-  callback?: (err: Error | null, rows?: CopiedRow[]) => void
-  readonly #text: string
-  readonly #rows: CopiedRow[] = []
+class CopyReader {
+  readonly rows: CopiedRow[] = []
   #headerRead = false
-  #failed: Error | undefined
 
-  constructor (text: string) {
-    this.#text = text
-  }
-
-  submit (connection: { query (text: string): void }): void {
-    connection.query(this.#text)
-  }
-
-  handleCopyData (message: CopyDataMessage): void {
-    if (this.#failed !== undefined) return
-    try {
-      this.#parse(message.chunk)
-    } catch (err) {
-      this.#failed = err as Error
-    }
-  }
-
-  #parse (data: Buffer): void {
+  read (data: Buffer): void {
     let at = 0
     if (!this.#headerRead) {
       if (data.length < HEADER_BYTES || !data.subarray(0, SIGNATURE.length).equals(SIGNATURE)) throw new Error('COPY answered without the binary format\'s signature')
       at = HEADER_BYTES + data.readUInt32BE(HEADER_BYTES - 4)
       this.#headerRead = true
     }
-    // PostgreSQL sends one row per CopyData (the first with the header, the trailer on its own
-    // or after the last row): a row never spans two messages.
     while (at < data.length) {
       const fields = data.readInt16BE(at)
       at += 2
@@ -80,7 +59,36 @@ class BinaryCopy {
         row.push(field)
         at += length
       }
-      this.#rows.push(row)
+      this.rows.push(row)
+    }
+  }
+}
+
+/**
+ * The Submittable node-postgres runs (the interface pg-cursor and pg-query-stream use): the
+ * statement goes out as a simple query, and the client hands over the answer's messages.
+ */
+class BinaryCopy {
+  /** Set by the client (query's callback argument), or by a pool, its wrapper of it. */
+  callback?: (err: Error | null, rows?: CopiedRow[]) => void
+  readonly #text: string
+  readonly #reader = new CopyReader()
+  #failed: Error | undefined
+
+  constructor (text: string) {
+    this.#text = text
+  }
+
+  submit (connection: { query (text: string): void }): void {
+    connection.query(this.#text)
+  }
+
+  handleCopyData (message: CopyDataMessage): void {
+    if (this.#failed !== undefined) return
+    try {
+      this.#reader.read(message.chunk)
+    } catch (err) {
+      this.#failed = err as Error
     }
   }
 
@@ -91,7 +99,7 @@ class BinaryCopy {
   }
 
   handleReadyForQuery (): void {
-    this.callback?.(this.#failed ?? null, this.#rows)
+    this.callback?.(this.#failed ?? null, this.#reader.rows)
   }
 
   // Not sent for COPY TO; here so an unexpected message fails the statement, not the process.
@@ -110,26 +118,30 @@ export function literal (value: string): SQL {
 }
 
 /**
- * The node-postgres client under a Drizzle database (the pool) or transaction (its connection);
- * undefined on PGlite, which answers bytea as bytes already.
- */
-export function pgClientOf (db: Db): pg.Pool | pg.ClientBase | undefined {
-  const client = (db._.session as unknown as { client?: unknown }).client
-  return client instanceof pg.Pool || client instanceof pg.Client ? client : undefined
-}
-
-/**
  * The rows of `select` (which must carry its values as literals: COPY takes no parameters),
- * each field's stored bytes, through `client`.
+ * each field's stored bytes, on either driver, through `db`: the pool, a transaction's
+ * connection, or the embedded database.
  */
-export async function copyOutBinary (client: pg.Pool | pg.ClientBase, select: SQL): Promise<CopiedRow[]> {
-  const query = dialect.sqlToQuery(sql`COPY (${select}) TO STDOUT (FORMAT binary)`)
-  if (query.params.length > 0) throw new Error('a COPY statement takes its values as literals')
-  return new Promise((resolve, reject) => {
-    // Typed for text and configs; any object with submit() is run as it is (pg's Submittable).
-    // The callback goes as an argument, not on the object: a pool wraps it to give its
-    // connection back first, which it does only when the object has none of its own.
-    const run = client as unknown as { query (q: BinaryCopy, callback: (err: Error | null | undefined, rows?: CopiedRow[]) => void): void }
-    run.query(new BinaryCopy(query.sql), (err, rows) => { if (err !== null && err !== undefined) reject(err); else resolve(rows ?? []) })
-  })
+export async function copyOutBinary (db: Db, select: SQL): Promise<CopiedRow[]> {
+  const client = (db._.session as unknown as { client: unknown }).client
+  const copy = (target: string) => {
+    const query = dialect.sqlToQuery(sql`COPY (${select}) TO ${sql.raw(target)} (FORMAT binary)`)
+    if (query.params.length > 0) throw new Error('a COPY statement takes its values as literals')
+    return query.sql
+  }
+  if (client instanceof pg.Pool || client instanceof pg.Client) {
+    const text = copy('STDOUT')
+    return new Promise((resolve, reject) => {
+      // Typed for text and configs; any object with submit() is run as it is (pg's Submittable).
+      // The callback goes as an argument, not on the object: a pool wraps it to give its
+      // connection back first, which it does only when the object has none of its own.
+      const run = client as unknown as { query (q: BinaryCopy, callback: (err: Error | null | undefined, rows?: CopiedRow[]) => void): void }
+      run.query(new BinaryCopy(text), (err, rows) => { if (err !== null && err !== undefined) reject(err); else resolve(rows ?? []) })
+    })
+  }
+  // PGlite, or one of its transactions.
+  const { blob } = await (client as Pick<PGliteInterface, 'query'>).query(copy("'/dev/blob'"))
+  const reader = new CopyReader()
+  if (blob !== undefined) reader.read(Buffer.from(await blob.arrayBuffer()))
+  return reader.rows
 }

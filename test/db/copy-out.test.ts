@@ -1,24 +1,18 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
-import { copyOutBinary, literal, pgClientOf } from '../../src/db/copy-out.js'
+import { copyOutBinary, literal } from '../../src/db/copy-out.js'
 import { queryRows } from '../../src/db/rows.js'
 import { transaction } from '../../src/db/transaction.js'
 import { freshDatabase, usingPostgres } from '../support/databases.js'
 
 // db/copy-out.ts: a binary COPY answers each stored byte as it is, whatever its value (pg's own
-// binary mode decodes values as UTF-8 and so changes them), through the pool or a transaction's
-// connection, and gives the connection back whatever happens.
+// binary mode decodes values as UTF-8 and so changes them), on both drivers, through the pool or
+// a transaction's connection, and gives the connection back whatever happens.
 
-t.test('a binary COPY answers every row and field as stored, NULLs as null, through the pool and a transaction', async (t) => {
+t.test(`a binary COPY answers every row and field as stored, NULLs as null, through the database and a transaction (${usingPostgres() ? 'PostgreSQL' : 'PGlite'})`, async (t) => {
   const fresh = await freshDatabase()
   t.teardown(() => fresh.drop())
   const { db } = fresh.database
-  const client = pgClientOf(db)
-  if (!usingPostgres()) {
-    t.equal(client, undefined, 'PGlite has no node-postgres client: its callers read bytea their own way')
-    return
-  }
-  if (client === undefined) throw new Error('no node-postgres client under the pool')
 
   const everyByte = Buffer.from(Array.from({ length: 256 }, (_, i) => i))
   const large = Buffer.alloc(1024 * 1024 + 7)
@@ -26,7 +20,7 @@ t.test('a binary COPY answers every row and field as stored, NULLs as null, thro
   await db.execute(sql`CREATE TABLE copied (k int PRIMARY KEY, label text, bytes bytea)`)
   await db.execute(sql`INSERT INTO copied VALUES (1, ${"it's \\ a label é"}, ${everyByte}), (2, NULL, ''::bytea), (3, 'large', ${large}), (4, 'no bytes', NULL)`)
 
-  const rows = await copyOutBinary(client, sql`SELECT k, label, bytes FROM copied ORDER BY k`)
+  const rows = await copyOutBinary(db, sql`SELECT k, label, bytes FROM copied ORDER BY k`)
   t.equal(rows.length, 4, 'every row')
   t.same(rows.map((r) => r[0]?.readInt32BE(0)), [1, 2, 3, 4], 'an int as its four bytes')
   t.equal(rows[0]![1]!.toString('utf8'), "it's \\ a label é", 'text as its UTF-8 bytes')
@@ -36,27 +30,27 @@ t.test('a binary COPY answers every row and field as stored, NULLs as null, thro
   t.ok(rows[2]![2]!.equals(large), 'a value of 1 MiB, spanning many reads of the socket, whole')
   t.equal(rows[3]![2], null, 'a NULL bytea as null')
 
-  const [one] = await copyOutBinary(client, sql`SELECT bytes FROM copied WHERE label = ${literal("it's \\ a label é")}`)
+  const [one] = await copyOutBinary(db, sql`SELECT bytes FROM copied WHERE label = ${literal("it's \\ a label é")}`)
   t.ok(one?.[0]?.equals(everyByte), 'a literal with a quote and a backslash finds its row')
-  t.same(await copyOutBinary(client, sql`SELECT bytes FROM copied WHERE k = 99`), [], 'no row: an empty answer')
-  await t.rejects(copyOutBinary(client, sql`SELECT bytes FROM copied WHERE k = ${5}`), /literals/, 'a parameter is refused before anything is sent')
+  t.same(await copyOutBinary(db, sql`SELECT bytes FROM copied WHERE k = 99`), [], 'no row: an empty answer')
+  await t.rejects(copyOutBinary(db, sql`SELECT bytes FROM copied WHERE k = ${5}`), /literals/, 'a parameter is refused before anything is sent')
 
   // A transaction's connection, with what it wrote and has not committed.
   await transaction(db, async (tx) => {
     await tx.execute(sql`INSERT INTO copied VALUES (5, 'uncommitted', '\\x00ff'::bytea)`)
-    const txClient = pgClientOf(tx)
-    if (txClient === undefined) throw new Error('no connection under the transaction')
-    const [row] = await copyOutBinary(txClient, sql`SELECT bytes FROM copied WHERE k = 5`)
+    const [row] = await copyOutBinary(tx, sql`SELECT bytes FROM copied WHERE k = 5`)
     t.same([...row![0]!], [0, 255], 'inside a transaction: its own uncommitted row')
   })
 
   // Failures: the statement's error, and the connection given back and usable.
-  await t.rejects(copyOutBinary(client, sql`SELECT 1 / (k - k) FROM copied`), { code: '22012' }, 'an error in the statement rejects with it')
-  await t.rejects(copyOutBinary(client, sql`SELECT x FROM no_such_table`), { code: '42P01' })
-  const concurrent = await Promise.all(Array.from({ length: 25 }, (_, i) => copyOutBinary(client, sql`SELECT bytes FROM copied WHERE k = ${sql.raw(String(1 + (i % 3)))}`)))
-  t.ok(concurrent.every((r, i) => r[0]?.[0]?.equals([everyByte, Buffer.alloc(0), large][i % 3]!)), '25 at once on the pool, each its own answer')
-  const stats = fresh.database.stats()
-  t.equal(stats.total - stats.idle, 0, 'every connection back in the pool')
+  await t.rejects(copyOutBinary(db, sql`SELECT 1 / (k - k) FROM copied`), { code: '22012' }, 'an error in the statement rejects with it')
+  await t.rejects(copyOutBinary(db, sql`SELECT x FROM no_such_table`), { code: '42P01' })
+  const concurrent = await Promise.all(Array.from({ length: 25 }, (_, i) => copyOutBinary(db, sql`SELECT bytes FROM copied WHERE k = ${sql.raw(String(1 + (i % 3)))}`)))
+  t.ok(concurrent.every((r, i) => r[0]?.[0]?.equals([everyByte, Buffer.alloc(0), large][i % 3]!)), '25 at once, each its own answer')
+  if (usingPostgres()) {
+    const stats = fresh.database.stats()
+    t.equal(stats.total - stats.idle, 0, 'every connection back in the pool')
+  }
   const [count] = await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM copied`)
   t.equal(count?.n, 5, 'and the pool still answers')
 })
