@@ -89,7 +89,13 @@ async function main (): Promise<void> {
       const watcher = await connectPostgres(database.url, 1)
       try {
         const settings = createSettingsRepository(watcher.db)
-        while (!await settings.has(SEALED_ONCE)) await new Promise((resolve) => setTimeout(resolve, 500))
+        // The pass seals about 1,000 messages a second here; a failed or stopped one never records it.
+        const deadline = Date.now() + 30 * 60_000
+        while (!await settings.has(SEALED_ONCE)) {
+          if (service.child.exitCode !== null) throw new Error(`the service exited with ${service.child.exitCode} while sealing`)
+          if (Date.now() > deadline) throw new Error('the service\'s sealing pass did not finish in 30 minutes (its log says why)')
+          await new Promise((resolve) => setTimeout(resolve, 500))
+        }
       } finally {
         await watcher.close()
       }

@@ -144,8 +144,9 @@ export class Keyring {
   }
 
   /**
-   * `open` for a record read in pieces (a file's chunk, read in slices): the plaintext in
-   * pieces of about the same sizes, none of it returned unless the whole record authenticates.
+   * `open` for a record read in pieces (a file's chunk, as db/copy-out.ts hands it over): the
+   * plaintext in pieces of about the same sizes, none of it returned unless the whole record
+   * authenticates.
    * No buffer of the record's whole size is made: a 256 KiB one per chunk, freed at once, grew
    * an exporting server's memory by 100 MiB over 1 GiB (the allocator keeps such blocks).
    */

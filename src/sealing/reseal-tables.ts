@@ -148,7 +148,7 @@ const attachmentChunksTable: SealedTable = {
     const chunks = createAttachmentChunksRepository(tx)
     for (const row of rows) {
       const name = record.attachmentChunk(row.upload_id, row.seq)
-      // Read as every reader does (in slices, opened under its own key, or as it is when plain).
+      // Read as every reader does (in pieces, opened under its own key, or as it is when plain).
       let pieces: Buffer[] | undefined
       try {
         pieces = await chunks.readChunk(row.upload_id, row.seq)

@@ -285,8 +285,8 @@ async function * filesOf (repo: ExportRepository, address: string, until: Date) 
 
 /**
  * A stored file's bytes, a chunk at a time as the archive takes them (`first`, chunk 0, read
- * already): each chunk read and opened whole (attachment-chunks.repository.ts, readChunk: one
- * binary COPY on PostgreSQL; slices on PGlite, small enough for the young generation); a file
+ * already): each chunk read and opened whole, in pieces of at most 64 KiB
+ * (attachment-chunks.repository.ts, readChunk: one binary COPY); a file
  * whose rows are gone meanwhile (the embedded database reads no snapshot) fails the export
  * rather than end short in silence.
  */

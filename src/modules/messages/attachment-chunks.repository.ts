@@ -2,6 +2,7 @@ import { and, inArray, isNull, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/client.js'
 import { copyOutBinary, literal } from '../../db/copy-out.js'
 import { keyring } from '../../sealing/keyring.js'
+import { piecesLength } from '../../sealing/pieces.js'
 import { record } from '../../sealing/records.js'
 import { attachmentChunks } from './messages.table.js'
 
@@ -47,8 +48,9 @@ export function createAttachmentChunksRepository (db: Db) {
 
     /**
      * Chunk `seq` of a stored file, opened (a row written before sealing, sealed_by NULL, as it
-     * is), as pieces (one); undefined when there is no such row. One binary COPY (db/copy-out.ts):
-     * the bytes as stored, no hex string, however the file is read (downloads, Ranges, exports).
+     * is), in pieces of at most 64 KiB; undefined when there is no such row. One binary COPY
+     * (db/copy-out.ts): the bytes as stored, no hex string, handed over in pieces,
+     * however the file is read (downloads, Ranges, exports).
      * SealedKeyMissing (503) when its key is no longer configured.
      */
     async readChunk (uploadId: string, seq: number): Promise<Buffer[] | undefined> {
@@ -59,8 +61,9 @@ export function createAttachmentChunksRepository (db: Db) {
       const [keyId, data] = row
       if (data === null || data === undefined) throw new Error(`attachment ${uploadId} chunk ${seq} has no bytes`)
       // A row longer than any chunk can be was written by something else than this repository.
-      if (data.length > CHUNK_BYTES + SEAL_OVERHEAD) throw new Error(`attachment ${uploadId} chunk ${seq} holds ${data.length} bytes, more than a chunk`)
-      return keyId === null || keyId === undefined ? [data] : keyring().openPieces([data], record.attachmentChunk(uploadId, seq), keyId.toString('utf8'))
+      const stored = piecesLength(data)
+      if (stored > CHUNK_BYTES + SEAL_OVERHEAD) throw new Error(`attachment ${uploadId} chunk ${seq} holds ${stored} bytes, more than a chunk`)
+      return keyId === null || keyId === undefined ? data : keyring().openPieces(data, record.attachmentChunk(uploadId, seq), Buffer.concat(keyId).toString('utf8'))
     },
 
     /** Unclaimed chunks staged before `olderThanMs` ago: uploads a crash cut off. */
