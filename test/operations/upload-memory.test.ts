@@ -42,7 +42,9 @@ t.test(`${SENDERS} concurrent sends of ${FILES} x 25 MiB keep the server under 5
     const key = JSON.parse((await runCliInProcess(['key', 'create', `sender${s}`, '--json'], env)).stdout) as { keyId: string, secret: string }
     keys.push(`Basic ${Buffer.from(`${key.keyId}:${key.secret}`).toString('base64')}`)
   }
-  const server = await startServer(t, env)
+  // The property is memory and integrity, not speed: 1.5 GB at once took 38.8-61.5 s in CI on a
+  // slow machine, past the default 60 s for a body to arrive (408).
+  const server = await startServer(t, { ...env, REQUEST_TIMEOUT_SECONDS: '240' })
   const { port } = new URL(server.url)
   const pid = server.child.pid!
 
