@@ -112,7 +112,8 @@ function sealed (send: BatchSend): SealedSend {
     sealedBy: ring.active,
     stored: storedBody(send.messageId, send.body),
     // A JSON string in the jsonb column; the reader fills in message.createdAt from the event's created_at.
-    event: JSON.stringify(ring.sealText(send.eventData, record.eventData('message.received', send.messageId)))
+    // Base64 holds nothing JSON escapes, so quotes make it one (JSON.stringify scanned it: 0.6 µs a send).
+    event: `"${ring.sealText(send.eventData, record.eventData('message.received', send.messageId))}"`
   }
 }
 
