@@ -5,6 +5,8 @@ import t, { type Test } from 'tap'
 import { fromAbuser } from '../support/abuse.js'
 import { bystander, p99, relativeBound } from '../support/bystander.js'
 import { usingPostgres } from '../support/databases.js'
+import { longPollsWaiting } from '../support/metrics.js'
+import { until } from '../support/until.js'
 import { build } from '../helper.js'
 
 // One key abuses an expensive route inside its limits while another key sends messages: the
@@ -139,6 +141,58 @@ t.test('sends to a 1,000-member group by one key, as many at once as it may, for
   judge(t, `${statuses.filter((s) => s === 200).length} sends to 1,000 members`, await watch.stop(), bound)
   t.ok(statuses.filter((s) => s === 200).length >= 3, 'the abuser\'s own sends go too')
   t.same([...new Set(statuses)].filter((s) => s !== 200 && s !== 429), [], 'and are answered 200 or 429 (its share of the pool is taken)')
+})
+
+t.test('a bystander\'s long-poll wakes as it does alone while one key sends to a 1,000-member group as fast as it may', { skip }, async (t) => {
+  const { base, abuser, carol, db, as } = await setUp(t)
+  const bob = await as('bob')
+  await db.execute(sql`INSERT INTO users (address) SELECT 'member' || g FROM generate_series(1, 999) g`)
+  const post = async (authorization: string, url: string, body: unknown) => {
+    const res = await fetch(`${base}${url}`, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    return { status: res.status, json: await res.json() as { id: string } }
+  }
+  const crowd = await post(abuser.authorization, '/v2/group', { name: 'everyone', members: Array.from({ length: 999 }, (_, i) => `member${i + 1}`) })
+  t.equal(crowd.status, 200)
+  // Each of the abuser's sends announces 999 grown feeds; bob's feed is announced with them. One
+  // wake-up: bob's long-poll waits, carol sends him a message, and the time runs from her send's
+  // answer (the commit) to his poll's (none when the poll answered first).
+  // Past what bob holds already (the bystander's sends while it was measured alone).
+  let after = '0'
+  for (let full = true; full;) {
+    const page = await (await fetch(`${base}/v2/events?after=${after}&limit=100`, { headers: { authorization: bob.authorization } })).json() as { events: unknown[], last: string }
+    after = page.last
+    full = page.events.length === 100
+  }
+  const wakeUp = async (n: number): Promise<number> => {
+    const poll = fetch(`${base}/v2/events?after=${after}&wait=10`, { headers: { authorization: bob.authorization } })
+    await until(async () => await longPollsWaiting(`${base}/metrics`) === 1, { intervalMs: 5, message: 'bob\'s long-poll waiting' })
+    const sent = await post(carol.authorization, '/v2/message', { recipient: 'bob', body: `wake-up ${n}` })
+    const sentAt = performance.now()
+    const page = await (await poll).json() as { events: { data: { message?: { id: string } } }[], last: string }
+    const wokenAt = performance.now()
+    after = page.last
+    if (sent.status !== 200 || !page.events.some((e) => e.data.message?.id === sent.json.id)) missed.push(n)
+    return Math.max(0, wokenAt - sentAt)
+  }
+  /** Wake-ups whose send failed or whose poll did not answer with it. */
+  const missed: number[] = []
+  const alone: number[] = []
+  for (let n = 0; n < 10; n++) alone.push(await wakeUp(n))
+  const bound = relativeBound(p99(alone), CEILING_MS, 5, FLOOR_MS)
+  const until3s = performance.now() + 3_000
+  const statuses: number[] = []
+  const flood = Promise.all(Array.from({ length: 8 }, async () => {
+    while (performance.now() < until3s) statuses.push((await post(abuser.authorization, '/v2/message', { recipient: crowd.json.id, body: 'to all' })).status)
+  }))
+  const during: number[] = []
+  while (performance.now() < until3s) during.push(await wakeUp(100 + during.length))
+  await flood
+  const sent = statuses.filter((s) => s === 200).length
+  t.comment(`wake-ups: p99 ${p99(during).toFixed(0)} ms over ${during.length} during ${sent} sends to 1,000 members (alone ${p99(alone).toFixed(0)} ms)`)
+  t.same(missed, [], 'every send answered 200 and woke bob\'s poll with itself')
+  t.ok(during.length >= 5, `${during.length} wake-ups during the flood`)
+  t.ok(sent >= 3, 'the abuser\'s own sends go too')
+  t.ok(p99(during) < bound, `wake-up p99 < ${bound.toFixed(0)} ms`)
 })
 
 // The two abuses below cost the database nothing by design, so they run on both databases, with
