@@ -94,7 +94,8 @@ try {
   // service's pass does: an empty table analyzed is planned as empty (reltuples 0, where a
   // never-analyzed one is taken for ten pages), and the foreign-key check of each attachment
   // on `messages` then kept a sequential scan for the connection's life, read every message
-  // per file and doubled a multipart send's cost as the run went on (2026-11-28).
+  // per file and doubled a multipart send's cost as the run went on (2026-11-28). Its own query,
+  // not db/statistics.ts's analyzeStaleTables: the bench is copied into checkouts older than that.
   const analyzing = new pg.Client({ connectionString: database.url })
   await analyzing.connect()
   try {

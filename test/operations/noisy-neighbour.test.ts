@@ -7,7 +7,8 @@ import { bystander, p99, relativeBound } from '../support/bystander.js'
 import { usingPostgres } from '../support/databases.js'
 import { longPollsWaiting } from '../support/metrics.js'
 import { until } from '../support/until.js'
-import { build } from '../helper.js'
+import type { Db } from '../../src/db/client.js'
+import { build, type Caller } from '../helper.js'
 
 // One key abuses an expensive route inside its limits while another key sends messages: the
 // bystander must see no 5xx and a p99 within five times its p99 alone in the same test (at
@@ -117,27 +118,42 @@ t.test('12 concurrent 4 x 10 MiB sends by one key', { skip }, async (t) => {
   t.same(statuses, Array(12).fill(200), 'the abuser\'s sends all answered 200')
 })
 
+/** POSTs `body` as JSON with `authorization`: the status, and the answer's id where it has one. */
+async function postJson (base: string, authorization: string, url: string, body: unknown) {
+  const res = await fetch(`${base}${url}`, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  return { status: res.status, json: await res.json() as { id: string } }
+}
+
+/** 999 users and the abuser's group of them all (1,000 members with the abuser): its id. */
+async function crowdGroup (t: Test, db: Db, base: string, abuser: Caller): Promise<string> {
+  await db.execute(sql`INSERT INTO users (address) SELECT 'member' || g FROM generate_series(1, 999) g`)
+  const crowd = await postJson(base, abuser.authorization, '/v2/group', { name: 'everyone', members: Array.from({ length: 999 }, (_, i) => `member${i + 1}`) })
+  t.equal(crowd.status, 200)
+  return crowd.json.id
+}
+
+/** The abuser's sends to `group` from 8 loops, as many at once as it may, for `ms`: their statuses. */
+async function floodGroup (base: string, abuser: Caller, group: string, ms: number): Promise<number[]> {
+  const deadline = performance.now() + ms
+  const statuses: number[] = []
+  await Promise.all(Array.from({ length: 8 }, async () => {
+    while (performance.now() < deadline) statuses.push((await postJson(base, abuser.authorization, '/v2/message', { recipient: group, body: 'to all' })).status)
+  }))
+  return statuses
+}
+
 t.test('sends to a 1,000-member group by one key, as many at once as it may, for 3 s', { skip }, async (t) => {
   const { base, abuser, carol, db, bound } = await setUp(t)
-  await db.execute(sql`INSERT INTO users (address) SELECT 'member' || g FROM generate_series(1, 999) g UNION ALL SELECT 'dave'`)
-  const post = async (authorization: string, url: string, body: unknown) => {
-    const res = await fetch(`${base}${url}`, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-    return { status: res.status, json: await res.json() as { id: string } }
-  }
-  const crowd = await post(abuser.authorization, '/v2/group', { name: 'everyone', members: Array.from({ length: 999 }, (_, i) => `member${i + 1}`) })
-  t.equal(crowd.status, 200)
-  const small = await post(carol.authorization, '/v2/group', { name: 'three', members: ['bob', 'dave'] })
+  const crowd = await crowdGroup(t, db, base, abuser)
+  await db.execute(sql`INSERT INTO users (address) VALUES ('dave')`)
+  const small = await postJson(base, carol.authorization, '/v2/group', { name: 'three', members: ['bob', 'dave'] })
   t.equal(small.status, 200)
   // The bystander sends to a group too (group sends are batched apart from sends to users), with
   // no member in the crowd: a shared member's feed row would make it wait on the abuser's
   // writes whatever the batching (measured: p99 172 ms that way, 501 ms before large groups had
   // a lane of their own).
   const watch = bystander(base, carol.authorization, 0, small.json.id)
-  const until3s = performance.now() + 3_000
-  const statuses: number[] = []
-  await Promise.all(Array.from({ length: 8 }, async () => {
-    while (performance.now() < until3s) statuses.push((await post(abuser.authorization, '/v2/message', { recipient: crowd.json.id, body: 'to all' })).status)
-  }))
+  const statuses = await floodGroup(base, abuser, crowd, 3_000)
   judge(t, `${statuses.filter((s) => s === 200).length} sends to 1,000 members`, await watch.stop(), bound)
   t.ok(statuses.filter((s) => s === 200).length >= 3, 'the abuser\'s own sends go too')
   t.same([...new Set(statuses)].filter((s) => s !== 200 && s !== 429), [], 'and are answered 200 or 429 (its share of the pool is taken)')
@@ -146,13 +162,7 @@ t.test('sends to a 1,000-member group by one key, as many at once as it may, for
 t.test('a bystander\'s long-poll wakes as it does alone while one key sends to a 1,000-member group as fast as it may', { skip }, async (t) => {
   const { base, abuser, carol, db, as } = await setUp(t)
   const bob = await as('bob')
-  await db.execute(sql`INSERT INTO users (address) SELECT 'member' || g FROM generate_series(1, 999) g`)
-  const post = async (authorization: string, url: string, body: unknown) => {
-    const res = await fetch(`${base}${url}`, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-    return { status: res.status, json: await res.json() as { id: string } }
-  }
-  const crowd = await post(abuser.authorization, '/v2/group', { name: 'everyone', members: Array.from({ length: 999 }, (_, i) => `member${i + 1}`) })
-  t.equal(crowd.status, 200)
+  const crowd = await crowdGroup(t, db, base, abuser)
   // Each of the abuser's sends announces 999 grown feeds; bob's feed is announced with them. One
   // wake-up: bob's long-poll waits, carol sends him a message, and the time runs from her send's
   // answer (the commit) to his poll's (none when the poll answered first).
@@ -168,7 +178,7 @@ t.test('a bystander\'s long-poll wakes as it does alone while one key sends to a
     const poll = fetch(`${base}/v2/events?after=${after}&wait=10`, { headers: { authorization: bob.authorization } })
     poll.catch(() => {}) // awaited below; not left unhandled if the wait for it fails first
     await until(async () => await longPollsWaiting(`${base}/metrics`) === 1, { intervalMs: 5, message: 'bob\'s long-poll waiting' })
-    const sent = await post(carol.authorization, '/v2/message', { recipient: 'bob', body: `wake-up ${n}` })
+    const sent = await postJson(base, carol.authorization, '/v2/message', { recipient: 'bob', body: `wake-up ${n}` })
     const sentAt = performance.now()
     const page = await (await poll).json() as { events: { data: { message?: { id: string } } }[], last: string }
     const wokenAt = performance.now()
@@ -181,16 +191,14 @@ t.test('a bystander\'s long-poll wakes as it does alone while one key sends to a
   const alone: number[] = []
   for (let n = 0; n < 10; n++) alone.push(await wakeUp(n))
   const bound = relativeBound(p99(alone), CEILING_MS, 5, FLOOR_MS)
-  const until3s = performance.now() + 3_000
-  const statuses: number[] = []
-  const flood = Promise.all(Array.from({ length: 8 }, async () => {
-    while (performance.now() < until3s) statuses.push((await post(abuser.authorization, '/v2/message', { recipient: crowd.json.id, body: 'to all' })).status)
-  }))
+  const flood = floodGroup(base, abuser, crowd, 3_000)
+  const deadline = performance.now() + 3_000
   const during: number[] = []
+  let statuses: number[] = []
   try {
-    while (performance.now() < until3s) during.push(await wakeUp(100 + during.length))
+    while (performance.now() < deadline) during.push(await wakeUp(100 + during.length))
   } finally {
-    await flood // its loops end by the clock, and their failure is reported rather than left unhandled
+    statuses = await flood // its loops end by the clock, and their failure is reported rather than left unhandled
   }
   const sent = statuses.filter((s) => s === 200).length
   t.comment(`wake-ups: p99 ${p99(during).toFixed(0)} ms over ${during.length} during ${sent} sends to 1,000 members (alone ${p99(alone).toFixed(0)} ms)`)
