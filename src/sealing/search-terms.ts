@@ -6,10 +6,11 @@ import { keyring } from './keyring.js'
  * is alice, example and org; `report.pdf` is report and pdf; `3.14` is 3 and 14 (a query is split
  * the same way, so each still finds itself). Every query word must be a prefix of a word of the
  * body ('hel' finds "Hello"), from 2 characters (a one-character word finds that word alone).
- * A body's terms are each word whole and each of its prefixes from 2 to PREFIX_MAX characters;
- * a query word longer than that is looked up by its first PREFIX_MAX, and the search keeps the
- * candidates whose opened body holds the whole query (holdsQuery). 12 keeps a long token's
- * share of the row and the index small (a 32-character hash or id: 12 terms, not 32).
+ * A body's terms are each of its words' prefixes from 2 to PREFIX_MAX characters, and each word
+ * whole up to PREFIX_MAX; a query word longer than that is looked up by its first PREFIX_MAX,
+ * and the search keeps the candidates whose opened body holds the whole query (holdsQuery).
+ * 12 keeps a long token's share of the row and the index small (a 32-character hash or id: 11
+ * terms, not 32).
  */
 const PREFIX_MAX = 12
 
@@ -22,13 +23,17 @@ function words (text: string): string[] {
   return [...new Set(text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])]
 }
 
-/** A body's terms: every word, and every prefix of it from 2 to PREFIX_MAX characters. */
+/**
+ * A body's terms: every prefix of every word from 2 to PREFIX_MAX characters, and the word whole
+ * if it is no longer (a longer word is looked up by its first PREFIX_MAX: hashing it whole
+ * would add a term no query asks for).
+ */
 function bodyTerms (body: string): Set<string> {
   const terms = new Set<string>()
   for (const word of words(body)) {
-    terms.add(word)
     // By characters, not UTF-16 units: split into code points only when a word has a pair.
     const chars: ArrayLike<string> = SURROGATE.test(word) ? Array.from(word) : word
+    if (chars.length <= PREFIX_MAX) terms.add(word)
     let prefix = chars[0]!
     for (let n = 1; n < chars.length - 1 && n < PREFIX_MAX; n++) {
       prefix += chars[n]
