@@ -22,10 +22,11 @@ export const messages = pgTable('messages', {
   // Sealed at rest (src/sealing): the body is base64 of its ciphertext under the key named by
   // sealed_by (NULL: written before sealing, plain until the sealing pass reaches it).
   sealedBy: text('sealed_by'),
-  // Search without the words (POST /search, API.md §11): keyed 32-bit hashes of each word of the
-  // body and of its prefixes from 2 characters (src/sealing/search-terms.ts), under the search
-  // key of sealed_by's key. The table holds no word, only hashes of them; the index finds
-  // candidates and the search keeps those whose opened body holds the words.
+  // Search without the words (POST /search, API.md §11): keyed 32-bit hashes of each word's
+  // prefixes from 2 to 12 characters and of each whole word of up to 12
+  // (src/sealing/search-terms.ts), under the search key of sealed_by's key. The table holds no
+  // word, only hashes of them; the index finds candidates and the search keeps those whose
+  // opened body holds the words.
   searchHashes: hashArray('search_hashes').notNull().default(sql`'{}'::integer[]`)
 }, (t) => [
   index('messages_sender_created_idx').on(t.sender, t.createdAt),
