@@ -34,6 +34,7 @@ import { healthRoutes } from './modules/health/health.routes.js'
 import { KEY_CACHE_MS } from './modules/keys/authenticator.js'
 import { authenticatorPlugin } from './modules/keys/authenticator.plugin.js'
 import { messagesRoutes } from './modules/messages/messages.routes.js'
+import { reactionFanoutsPlugin } from './modules/messages/reaction-fanouts.plugin.js'
 import { sendBatches } from './modules/messages/send-lanes.js'
 import { uploadsPlugin } from './modules/messages/uploads.plugin.js'
 import { metadataRoutes } from './modules/metadata/metadata.routes.js'
@@ -87,6 +88,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now, e
   await app.register(erasurePlugin, {
     db: database.db, graceMs: erasure.graceMs ?? erasureGraceMs(KEY_CACHE_MS, config.requestTimeoutSeconds), batch: erasure.batch, background: erasure.background
   })
+  await app.register(reactionFanoutsPlugin, { db: database.db })
   await app.register(eventBusPlugin, { database })
   // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
   // against one per-key cap.

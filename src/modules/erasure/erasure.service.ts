@@ -6,6 +6,7 @@ import { createKeysRepository } from '../keys/keys.repository.js'
 import { createIdempotencyRepository } from '../messages/idempotency.repository.js'
 import { deleteManyForEveryone } from '../messages/delete.service.js'
 import { createMessagesRepository } from '../messages/messages.repository.js'
+import { createReactionFanoutsRepository } from '../messages/reaction-fanouts.repository.js'
 import { createMetadataRepository } from '../metadata/metadata.repository.js'
 import { createQuotaRepository } from '../quota/quota.repository.js'
 import { createRosterRepository } from '../roster/roster.repository.js'
@@ -75,9 +76,11 @@ async function eraseSentMessages (tx: Db, address: string, batch: ErasureBatch):
  * the counts others see change on their next read.
  */
 async function eraseReactions (tx: Db, address: string, batch: ErasureBatch): Promise<number> {
+  // First the events still queued for telling, so none is told after the copies are erased.
+  const queued = await createReactionFanoutsRepository(tx).forgetBy(address)
   const ids = await createMessagesRepository(tx).removeReactionsBy(address, batch.rows)
   await createEventsRepository(tx).eraseReactionsFrom(address, ids)
-  return ids.length
+  return queued + ids.length
 }
 
 /** Its memberships, ending as leaving ends one; groups it owns pass on or go (removeErasedMember). */

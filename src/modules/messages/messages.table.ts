@@ -1,5 +1,5 @@
 import { getTableColumns, sql } from 'drizzle-orm'
-import { customType, index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
+import { bigint, customType, index, integer, jsonb, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { timestamptz } from '../../db/columns.js'
 import { users } from '../users/users.table.js'
 
@@ -118,6 +118,30 @@ export const messageReactions = pgTable('message_reactions', {
 }, (t) => [
   primaryKey({ columns: [t.messageId, t.emoji, t.address] }),
   index('message_reactions_address_idx').on(t.address)
+])
+
+/**
+ * A reaction's message.reaction still to be told to the message's readers (reaction-fanouts.ts):
+ * written with the reaction, in its transaction, when the message has more readers than one
+ * bounded transaction tells; then told in transactions of at most FANOUT_CHUNK feeds each, in
+ * address order after `toldThrough`, and deleted with its last. The reacting request tells its
+ * own before it answers; a row a stopped process left is told by the next sweep. Goes with the
+ * message by cascade.
+ */
+export const reactionFanouts = pgTable('reaction_fanouts', {
+  id: bigint('id', { mode: 'number' }).primaryKey().generatedAlwaysAsIdentity(),
+  messageId: text('message_id').notNull().references(() => messages.id, { onDelete: 'cascade' }),
+  // The event's data, as every copy of it says.
+  data: jsonb('data').notNull(),
+  // The reactor, who is not told.
+  reactor: text('reactor').notNull(),
+  // The last address told so far (NULL: none yet).
+  toldThrough: text('told_through'),
+  createdAt: timestamptz('created_at').notNull().defaultNow()
+}, (t) => [
+  // A message's fan-outs oldest first: each is told whole before the next, so a feed hears a
+  // message's reactions in the order they were made.
+  index('reaction_fanouts_message_idx').on(t.messageId, t.id)
 ])
 
 /** A stored message's columns but its search hashes, which only the index reads. */

@@ -4,6 +4,7 @@ import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { readableMessage } from './access.service.js'
 import { createMessagesRepository } from './messages.repository.js'
+import { createReactionFanoutsRepository, FANOUT_CHUNK } from './reaction-fanouts.repository.js'
 import { REACTION_EMOJI } from './messages.schemas.js'
 
 /** The most distinct emoji one message may carry (API.md §10). */
@@ -21,13 +22,18 @@ function checkedEmoji (emoji: string): string {
  * message; idempotent: only a change is written and told. The message's row is locked (no key
  * update: reactions to one message take turns, so the 20-emoji bound and the counts are exact,
  * without waiting on a reader), then the change, then one message.reaction to its sender and
- * each recipient that still has it, the reactor aside, in the same transaction. Its cost grows
- * with the conversation (999 events in a 1,000-member group), so the routes take the heavy
- * admission gate: one at a time per key.
+ * each recipient that still has it, the reactor aside. Up to FANOUT_CHUNK of them are told in
+ * the same transaction; to more, the event is queued in it (reaction_fanouts) and told in
+ * transactions of FANOUT_CHUNK feeds before the request answers, so no one transaction of a
+ * 1,000-member group's reaction holds the WAL in front of other keys' commits. The routes take
+ * the heavy admission gate: one at a time per key.
  */
 export async function react (db: Db, id: string, address: string, rawEmoji: string, added: boolean): Promise<void> {
   const emoji = checkedEmoji(rawEmoji)
+  let queued: number | undefined
   await transaction(db, async (tx) => {
+    // A run again after a deadlock starts over.
+    queued = undefined
     const messages = createMessagesRepository(tx)
     // Locked, then checked: a hide or delete that commits first is seen.
     if (await messages.lock(id, 'no key update') === undefined) throw new NotFound('message', id)
@@ -43,9 +49,39 @@ export async function react (db: Db, id: string, address: string, rawEmoji: stri
       changed = await messages.removeReaction(id, emoji, address)
     }
     if (!changed) return
-    const told = [row.sender, ...await messages.readers(id)].filter((a) => a !== address)
-    // One data for every copy: append writes it once.
     const data = { message: id, emoji, from: address, added }
-    await createEventsRepository(tx).append([...new Set(told)].map((to) => ({ address: to, type: 'message.reaction', data, messageId: id })))
+    const fanouts = createReactionFanoutsRepository(tx)
+    const told = [...new Set([row.sender, ...await messages.readers(id)])].filter((a) => a !== address)
+    // Behind a queued fan-out of this message, queued too: its readers hear its reactions in order.
+    if (told.length > FANOUT_CHUNK || await fanouts.pending(id)) {
+      queued = await fanouts.enqueue(id, data, address)
+      return
+    }
+    // One data for every copy: append writes it once.
+    await createEventsRepository(tx).append(told.map((to) => ({ address: to, type: 'message.reaction', data, messageId: id })))
   })
+  if (queued !== undefined) await tellQueued(db, id, queued)
+}
+
+/**
+ * Tells `messageId`'s queued fan-outs, oldest first, until the one numbered `until` is told
+ * whole (every one before it was, then), or until none is left.
+ */
+async function tellQueued (db: Db, messageId: string, until = Infinity): Promise<void> {
+  const fanouts = createReactionFanoutsRepository(db)
+  for (;;) {
+    const step = await fanouts.tellNext(messageId)
+    if (step === undefined || (step.done && step.id >= until)) return
+  }
+}
+
+/**
+ * Tells the fan-outs begun more than `olderThanMs` ago, which the process that began them left
+ * (it stopped between its reaction's commit and its last transaction of telling). Answers how
+ * many messages had some.
+ */
+export async function tellLeftFanouts (db: Db, olderThanMs: number): Promise<number> {
+  const messages = await createReactionFanoutsRepository(db).stale(olderThanMs, 100)
+  for (const id of messages) await tellQueued(db, id)
+  return messages.length
 }

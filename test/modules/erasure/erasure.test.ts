@@ -1,4 +1,5 @@
 import t from 'tap'
+import { createReactionFanoutsRepository } from '../../../src/modules/messages/reaction-fanouts.repository.js'
 import type { TestContext } from '../../helper.js'
 import { runCliInProcess } from '../../support/processes.js'
 import { canary, ok, rowsWhere, setUp, tablesHolding, withFile } from './support.js'
@@ -42,9 +43,11 @@ t.test('DELETE /v2/admin/users/:user: 202 and its keys 401 at once; then nothing
   ok(await eve.post('/v2/message/status', { message: toEve.id, status: 'read' }), 204)
   ok(await eve.put(`/v2/message/${fromCarol.id}/reactions/${word}`), 204)
   ok(await carol.put(`/v2/message/${inGroup.id}/reactions/%F0%9F%91%8D`), 204)
+  // And one of its reactions still queued for telling, as a process that stopped mid-fan-out leaves it.
+  await createReactionFanoutsRepository(db).enqueue(fromCarol.id, { message: fromCarol.id, emoji: `${word}2`, from: 'eve', added: true }, 'eve')
 
   const before = await tablesHolding(db, word)
-  for (const table of ['users', 'events', 'roster_entries', 'webhooks', 'message_reactions', 'groups', 'idempotency_keys']) {
+  for (const table of ['users', 'events', 'roster_entries', 'webhooks', 'message_reactions', 'groups', 'idempotency_keys', 'reaction_fanouts']) {
     t.ok(before.includes(table), `before: the canary is in ${table}`)
   }
   // Bodies, files and metadata are sealed at rest (API.md §11): no canary to find in them, so their rows are what is there.

@@ -4,7 +4,9 @@ import t from 'tap'
 import { queryRows } from '../../../src/db/rows.js'
 import { bystander, p99, relativeBound, watchStalls } from '../../support/bystander.js'
 import { usingPostgres } from '../../support/databases.js'
-import { build, type Caller } from '../../helper.js'
+import { build, type Built, type Caller } from '../../helper.js'
+import { createReactionFanoutsRepository, FANOUT_CHUNK } from '../../../src/modules/messages/reaction-fanouts.repository.js'
+import { tellLeftFanouts } from '../../../src/modules/messages/reactions.service.js'
 
 const THUMBS = encodeURIComponent('👍')
 const HEART = encodeURIComponent('❤️')
@@ -162,6 +164,89 @@ t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystan
   t.ok(loaded.length >= 5, `the bystander sent ${loaded.length} messages meanwhile`)
   t.same([...new Set(loaded.map((r) => r.status))], [200], 'every bystander send answered 200')
   t.ok(measured < bound, `bystander p99 ${measured.toFixed(0)} ms < ${bound.toFixed(0)} ms`)
+})
+
+/** A group of the caller and `size - 1` members made by SQL (member1…), and a message to it. */
+async function crowd (built: Built, owner: Caller, size: number): Promise<{ group: string, id: string, members: string[] }> {
+  const members = Array.from({ length: size - 1 }, (_, i) => `member${i + 1}`)
+  await built.db.execute(sql`INSERT INTO users (address) SELECT unnest(${sql.param(members)}::text[])`)
+  const group = (await owner.post('/v2/group', { name: 'crowd', members })).json().id as string
+  const id = (await owner.post('/v2/message', { recipient: group, body: 'react to me' })).json().id as string
+  return { group, id, members }
+}
+
+/** Each address's message.reaction events, oldest first, as (+|-)emoji from the feeds themselves. */
+async function heard (db: Built['db'], addresses: string[]): Promise<Map<string, string[]>> {
+  const rows = await queryRows<{ address: string, data: { emoji: string, added: boolean } }>(db, sql`
+    SELECT address, data FROM events WHERE type = 'message.reaction' AND address = ANY(${sql.param(addresses)}::text[]) ORDER BY address, seq`)
+  const byAddress = new Map(addresses.map((a) => [a, [] as string[]]))
+  for (const r of rows) byAddress.get(r.address)!.push(`${r.data.added ? '+' : '-'}${r.data.emoji}`)
+  return byAddress
+}
+
+t.test(`a reaction told to more than ${FANOUT_CHUNK} readers: told in bounded transactions before the answer, once each, in the order made`, async (t) => {
+  const built = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  const owner = await built.as('owner')
+  const { id, members } = await crowd(built, owner, FANOUT_CHUNK * 2 + 50)
+  const bob = await built.as('member7')
+  const carol = await built.as('member8')
+  // Two reactors at once, each adding, taking back and adding again: every answer comes after its
+  // fan-out, so each feed holds every change, and each reactor's in the order it made them.
+  await Promise.all([bob, carol].map(async (who) => {
+    for (const [method, emoji] of [['put', 'a'], ['delete', 'a'], ['put', 'b']] as const) {
+      t.equal((await who[method](`/v2/message/${id}/reactions/${emoji}`)).statusCode, 204)
+    }
+  }))
+  const feeds = await heard(built.db, ['owner', ...members])
+  for (const [address, list] of feeds) {
+    const expected = (address === 'member7' || address === 'member8' ? 3 : 6)
+    if (list.length !== expected) t.fail(`${address} heard ${list.length} changes, not ${expected}: ${list.join(' ')}`)
+  }
+  t.pass(`every one of ${feeds.size} feeds heard each change once`)
+  const owners = (await built.db.execute(sql`SELECT data->>'from' AS from, data->>'emoji' AS emoji, data->>'added' AS added FROM events
+    WHERE address = 'owner' AND type = 'message.reaction' ORDER BY seq`) as unknown as { rows: { from: string, emoji: string, added: string }[] }).rows
+  for (const reactor of ['member7', 'member8']) {
+    t.same(owners.filter((r) => r.from === reactor).map((r) => `${r.added === 'true' ? '+' : '-'}${r.emoji}`), ['+a', '-a', '+b'], `${reactor}'s changes in the order made`)
+  }
+  t.same(await queryRows(built.db, sql`SELECT * FROM reaction_fanouts`), [], 'nothing left queued')
+  // One change's 249 copies, written by as many transactions as it takes FANOUT_CHUNK feeds each.
+  const [writers] = await queryRows<{ n: number }>(built.db, sql`SELECT count(DISTINCT xmin::text)::int AS n FROM events
+    WHERE type = 'message.reaction' AND data->>'from' = 'member7' AND data->>'emoji' = 'a' AND data->>'added' = 'true'`)
+  t.equal(writers!.n, Math.ceil((members.length + 1 - 1) / FANOUT_CHUNK), `one change's copies written by ${Math.ceil(members.length / FANOUT_CHUNK)} transactions`)
+  t.same((await reactions(owner, id) as { emoji: string, count: number }[]).map((r) => [r.emoji, r.count]), [['b', 2]])
+})
+
+t.test('a fan-out left half told by a process that stopped is told to the rest, once each, by the next sweep', async (t) => {
+  const built = await build(t)
+  const owner = await built.as('owner')
+  const { id, members } = await crowd(built, owner, FANOUT_CHUNK + 20)
+  const reactor = 'member3'
+  // What a reacting request leaves when its process dies after the reaction's commit and one
+  // transaction of telling: the reaction, its queued event, the first FANOUT_CHUNK feeds told.
+  await built.db.execute(sql`INSERT INTO message_reactions (message_id, emoji, address) VALUES (${id}, 'x', ${reactor})`)
+  const fanouts = createReactionFanoutsRepository(built.db)
+  await fanouts.enqueue(id, { message: id, emoji: 'x', from: reactor, added: true }, reactor)
+  t.match(await fanouts.tellNext(id), { done: false }, 'one transaction told')
+  const everyone = ['owner', ...members].filter((a) => a !== reactor)
+  const toldFirst = [...(await heard(built.db, everyone)).values()].filter((l) => l.length === 1).length
+  t.equal(toldFirst, FANOUT_CHUNK, `the first ${FANOUT_CHUNK} told`)
+  t.equal(await tellLeftFanouts(built.db, 60_000), 0, 'a fan-out begun moments ago is left to its request')
+  t.equal(await tellLeftFanouts(built.db, 0), 1, 'the sweep takes it')
+  const feeds = await heard(built.db, [...everyone, reactor])
+  t.same([...feeds].filter(([a, l]) => a !== reactor && l.join() !== '+x'), [], 'every other reader heard it exactly once')
+  t.same(feeds.get(reactor), [], 'the reactor was not told')
+  t.same(await queryRows(built.db, sql`SELECT * FROM reaction_fanouts`), [], 'nothing left queued')
+})
+
+t.test('a message deleted with a fan-out still queued takes it along', async (t) => {
+  const built = await build(t)
+  const owner = await built.as('owner')
+  const { id } = await crowd(built, owner, FANOUT_CHUNK + 20)
+  const fanouts = createReactionFanoutsRepository(built.db)
+  await fanouts.enqueue(id, { message: id, emoji: 'x', from: 'member3', added: true }, 'member3')
+  t.equal((await owner.delete(`/v2/message/${id}`)).statusCode, 204)
+  t.equal(await fanouts.tellNext(id), undefined, 'nothing left to tell')
+  t.same(await queryRows(built.db, sql`SELECT * FROM reaction_fanouts`), [])
 })
 
 t.test('an event\'s data reaches every feed as written, whatever characters it holds', async (t) => {

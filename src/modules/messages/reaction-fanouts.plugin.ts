@@ -1,0 +1,36 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Db } from '../../db/client.js'
+import { tellLeftFanouts } from './reactions.service.js'
+
+/** How old a queued fan-out is before a sweep takes it as left: a request tells its own within moments. */
+const LEFT_AFTER_MS = 30_000
+const EVERY_MS = 60_000
+/** The first look after start: a restarted instance tells what the stopped one left. */
+const FIRST_MS = 5_000
+
+/**
+ * The sweep of reaction fan-outs a stopped process left half told (reaction_fanouts): every
+ * minute on every instance (the fan-out's row lock makes two tellers take turns), started once
+ * the app is ready, stopped at shutdown after the transaction under way.
+ */
+export const reactionFanoutsPlugin = fp(async (app: FastifyInstance, opts: { db: Db }) => {
+  let timer: NodeJS.Timeout | undefined
+  let running: Promise<void> | undefined
+  let stopped = false
+  const sweep = () => {
+    running = tellLeftFanouts(opts.db, LEFT_AFTER_MS).then(
+      (n) => { if (n > 0) app.log.info({ messages: n }, 'told the reaction fan-outs a stopped process left') },
+      (err: unknown) => { app.log.error({ err }, 'telling left reaction fan-outs failed; the next sweep tries again') }
+    ).finally(() => {
+      running = undefined
+      if (!stopped) timer = setTimeout(sweep, EVERY_MS).unref()
+    })
+  }
+  app.addHook('onReady', async () => { timer = setTimeout(sweep, FIRST_MS).unref() })
+  app.addHook('preClose', async () => {
+    stopped = true
+    clearTimeout(timer)
+    await running
+  })
+}, { name: 'reaction-fanouts' })
