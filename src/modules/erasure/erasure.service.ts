@@ -76,11 +76,12 @@ async function eraseSentMessages (tx: Db, address: string, batch: ErasureBatch):
  * the counts others see change on their next read.
  */
 async function eraseReactions (tx: Db, address: string, batch: ErasureBatch): Promise<number> {
-  // First the events still queued for telling, so none is told after the copies are erased.
+  // First its events still queued for telling, so none is told after the copies are erased
+  // (and the copies already told of one it has since taken back go too).
   const queued = await createReactionFanoutsRepository(tx).forgetBy(address)
   const ids = await createMessagesRepository(tx).removeReactionsBy(address, batch.rows)
-  await createEventsRepository(tx).eraseReactionsFrom(address, ids)
-  return queued + ids.length
+  await createEventsRepository(tx).eraseReactionsFrom(address, [...new Set([...queued, ...ids])])
+  return queued.length + ids.length
 }
 
 /** Its memberships, ending as leaving ends one; groups it owns pass on or go (removeErasedMember). */

@@ -209,12 +209,12 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
   })
 
   app.put('/message/:message/reactions/:emoji', reactionRoute(true), async (req, reply) => {
-    await react(db, req.params.message, principalOf(req).address, req.params.emoji, true)
+    await react(db, req.log, req.params.message, principalOf(req).address, req.params.emoji, true)
     return reply.code(204).send()
   })
 
   app.delete('/message/:message/reactions/:emoji', reactionRoute(false), async (req, reply) => {
-    await react(db, req.params.message, principalOf(req).address, req.params.emoji, false)
+    await react(db, req.log, req.params.message, principalOf(req).address, req.params.emoji, false)
     return reply.code(204).send()
   })
 

@@ -121,12 +121,12 @@ export const messageReactions = pgTable('message_reactions', {
 ])
 
 /**
- * A reaction's message.reaction still to be told to the message's readers (reaction-fanouts.ts):
- * written with the reaction, in its transaction, when the message has more readers than one
- * bounded transaction tells; then told in transactions of at most FANOUT_CHUNK feeds each, in
- * address order after `toldThrough`, and deleted with its last. The reacting request tells its
- * own before it answers; a row a stopped process left is told by the next sweep. Goes with the
- * message by cascade.
+ * A reaction's message.reaction still to be told to the message's readers
+ * (reaction-fanouts.repository.ts): written with the reaction, in its transaction, when the
+ * message has more readers than one bounded transaction tells; then told in transactions of at
+ * most FANOUT_CHUNK feeds each, in address order after `toldThrough`, and deleted with its last.
+ * The reacting request tells its own before it answers; a row a stopped process left is told by
+ * the next sweep. Goes with the message by cascade.
  */
 export const reactionFanouts = pgTable('reaction_fanouts', {
   id: bigint('id', { mode: 'number' }).primaryKey().generatedAlwaysAsIdentity(),

@@ -10,26 +10,28 @@ const EVERY_MS = 60_000
 const FIRST_MS = 5_000
 
 /**
- * The sweep of reaction fan-outs a stopped process left half told (reaction_fanouts): every
- * minute on every instance (the fan-out's row lock makes two tellers take turns), started once
- * the app is ready, stopped at shutdown after the transaction under way.
+ * The sweep of reaction fan-outs a stopped process left half told (reaction_fanouts): a minute
+ * after the last ended, on every instance (the fan-out's row lock makes two tellers take turns),
+ * the first 5 s after the app is ready; a fan-out is taken once 30 s old, so what a stopped
+ * process left is told within about 90 s of the next start. Stopped at shutdown after the
+ * transaction under way.
  */
 export const reactionFanoutsPlugin = fp(async (app: FastifyInstance, opts: { db: Db }) => {
   let timer: NodeJS.Timeout | undefined
   let running: Promise<void> | undefined
-  let stopped = false
+  const stopping = new AbortController()
   const sweep = () => {
-    running = tellLeftFanouts(opts.db, LEFT_AFTER_MS).then(
+    running = tellLeftFanouts(opts.db, LEFT_AFTER_MS, stopping.signal).then(
       (n) => { if (n > 0) app.log.info({ messages: n }, 'told the reaction fan-outs a stopped process left') },
       (err: unknown) => { app.log.error({ err }, 'telling left reaction fan-outs failed; the next sweep tries again') }
     ).finally(() => {
       running = undefined
-      if (!stopped) timer = setTimeout(sweep, EVERY_MS).unref()
+      if (!stopping.signal.aborted) timer = setTimeout(sweep, EVERY_MS).unref()
     })
   }
   app.addHook('onReady', async () => { timer = setTimeout(sweep, FIRST_MS).unref() })
   app.addHook('preClose', async () => {
-    stopped = true
+    stopping.abort()
     clearTimeout(timer)
     await running
   })

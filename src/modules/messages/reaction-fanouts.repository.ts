@@ -33,13 +33,17 @@ export function createReactionFanoutsRepository (db: Db) {
     /**
      * One transaction of `messageId`'s oldest fan-out: its next FANOUT_CHUNK readers (the
      * sender, then the recipients that have not hidden it, in address order after the last told,
-     * the reactor aside) each get the event; the fan-out is deleted once none is left. The row
-     * is locked first, so two tellers (the request, a sweep) take turns and tell each reader
-     * once. Answers which fan-out it told and whether that one is done, or undefined when the
-     * message had none left.
+     * the reactor aside) each get the event; the fan-out is deleted once none is left. The
+     * message is locked first (key share, as a reaction's own transaction held it: a delete or a
+     * retention purge waits for the chunk, or skips the message, and then erases its copies
+     * too), then the fan-out's row, so two tellers (the request, a sweep) take turns and tell
+     * each reader once. Answers which fan-out it told and whether that one is done, or undefined
+     * when the message had none left (or is gone, with them).
      */
     async tellNext (messageId: string): Promise<{ id: number, done: boolean } | undefined> {
       return transaction(db, async (tx) => {
+        const [message] = await queryRows<{ one: number }>(tx, sql`SELECT 1 AS one FROM messages WHERE id = ${messageId} FOR KEY SHARE`)
+        if (message === undefined) return undefined
         const [fanout] = await queryRows<{ id: string | number, data: ReactionData, reactor: string, told_through: string | null }>(tx, sql`
           SELECT id, data, reactor, told_through FROM ${reactionFanouts} WHERE message_id = ${messageId} ORDER BY id LIMIT 1 FOR UPDATE`)
         if (fanout === undefined) return undefined
@@ -62,20 +66,25 @@ export function createReactionFanoutsRepository (db: Db) {
     },
 
     /**
-     * Drops `reactor`'s fan-outs still queued (its erasure): a teller's transaction under way
-     * finishes first (the row lock), so the erasure that follows sees every copy it wrote.
+     * Drops `reactor`'s fan-outs still queued (its erasure) and answers their messages: a teller's
+     * transaction under way finishes first (the row lock), so the erasure that follows sees every
+     * copy it wrote.
      */
-    async forgetBy (reactor: string): Promise<number> {
-      const rows = await queryRows<{ id: string }>(db, sql`DELETE FROM ${reactionFanouts} WHERE reactor = ${reactor} RETURNING id`)
-      return rows.length
+    async forgetBy (reactor: string): Promise<string[]> {
+      const rows = await queryRows<{ message_id: string }>(db, sql`DELETE FROM ${reactionFanouts} WHERE reactor = ${reactor} RETURNING message_id`)
+      return [...new Set(rows.map((r) => r.message_id))]
     },
 
-    /** Messages with a fan-out begun more than `olderThanMs` ago: left by a process that stopped, oldest first. */
-    async stale (olderThanMs: number, limit: number): Promise<string[]> {
-      const rows = await queryRows<{ message_id: string }>(db, sql`
-        SELECT message_id FROM ${reactionFanouts} WHERE created_at < now() - make_interval(secs => ${olderThanMs / 1000})
+    /**
+     * Messages with a fan-out begun more than `olderThanMs` ago, left by a process that stopped,
+     * oldest first; with each, its newest fan-out now, which a sweep tells up to and no further.
+     */
+    async stale (olderThanMs: number, limit: number): Promise<{ messageId: string, newest: number }[]> {
+      const rows = await queryRows<{ message_id: string, newest: string | number }>(db, sql`
+        SELECT message_id, max(id) AS newest FROM ${reactionFanouts}
+        WHERE message_id IN (SELECT message_id FROM ${reactionFanouts} WHERE created_at < now() - make_interval(secs => ${olderThanMs / 1000}))
         GROUP BY message_id ORDER BY min(id) LIMIT ${limit}`)
-      return rows.map((r) => r.message_id)
+      return rows.map((r) => ({ messageId: r.message_id, newest: Number(r.newest) }))
     }
   }
 }

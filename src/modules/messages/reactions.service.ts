@@ -1,4 +1,6 @@
+import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../../db/client.js'
+import { loggableError } from '../../db/errors.js'
 import { transaction } from '../../db/transaction.js'
 import { AppError, NotFound, ValidationFailed } from '../../errors.js'
 import { createEventsRepository } from '../events/events.repository.js'
@@ -28,7 +30,7 @@ function checkedEmoji (emoji: string): string {
  * 1,000-member group's reaction holds the WAL in front of other keys' commits. The routes take
  * the heavy admission gate: one at a time per key.
  */
-export async function react (db: Db, id: string, address: string, rawEmoji: string, added: boolean): Promise<void> {
+export async function react (db: Db, log: FastifyBaseLogger, id: string, address: string, rawEmoji: string, added: boolean): Promise<void> {
   const emoji = checkedEmoji(rawEmoji)
   let queued: number | undefined
   await transaction(db, async (tx) => {
@@ -60,16 +62,24 @@ export async function react (db: Db, id: string, address: string, rawEmoji: stri
     // One data for every copy: append writes it once.
     await createEventsRepository(tx).append(told.map((to) => ({ address: to, type: 'message.reaction', data, messageId: id })))
   })
-  if (queued !== undefined) await tellQueued(db, id, queued)
+  if (queued === undefined) return
+  try {
+    await tellQueued(db, id, queued)
+  } catch (err) {
+    // The reaction has committed: the answer says so. Its readers not yet told are told by the
+    // next sweep (reaction-fanouts.plugin.ts), as if this process had stopped here.
+    log.error({ err: loggableError(err), message: id }, 'telling a reaction failed part way; the fan-out sweep tells the rest')
+  }
 }
 
 /**
  * Tells `messageId`'s queued fan-outs, oldest first, until the one numbered `until` is told
- * whole (every one before it was, then), or until none is left.
+ * whole (every one before it was, then), until none is left, or until `signal` aborts (between
+ * two transactions).
  */
-async function tellQueued (db: Db, messageId: string, until = Infinity): Promise<void> {
+async function tellQueued (db: Db, messageId: string, until: number, signal?: AbortSignal): Promise<void> {
   const fanouts = createReactionFanoutsRepository(db)
-  for (;;) {
+  while (signal?.aborted !== true) {
     const step = await fanouts.tellNext(messageId)
     if (step === undefined || (step.done && step.id >= until)) return
   }
@@ -77,11 +87,15 @@ async function tellQueued (db: Db, messageId: string, until = Infinity): Promise
 
 /**
  * Tells the fan-outs begun more than `olderThanMs` ago, which the process that began them left
- * (it stopped between its reaction's commit and its last transaction of telling). Answers how
- * many messages had some.
+ * (it stopped between its reaction's commit and its last transaction of telling), each message's
+ * up to its newest at the time of looking: fan-outs queued since are their requests' to tell.
+ * Stops between two transactions once `signal` aborts. Answers how many messages had some.
  */
-export async function tellLeftFanouts (db: Db, olderThanMs: number): Promise<number> {
-  const messages = await createReactionFanoutsRepository(db).stale(olderThanMs, 100)
-  for (const id of messages) await tellQueued(db, id)
-  return messages.length
+export async function tellLeftFanouts (db: Db, olderThanMs: number, signal?: AbortSignal): Promise<number> {
+  const left = await createReactionFanoutsRepository(db).stale(olderThanMs, 100)
+  for (const { messageId, newest } of left) {
+    if (signal?.aborted === true) break
+    await tellQueued(db, messageId, newest, signal)
+  }
+  return left.length
 }

@@ -175,45 +175,62 @@ async function crowd (built: Built, owner: Caller, size: number): Promise<{ grou
   return { group, id, members }
 }
 
-/** Each address's message.reaction events, oldest first, as (+|-)emoji from the feeds themselves. */
+/** Each address's message.reaction events, oldest first, from the feeds themselves: `reactor+emoji` or `reactor-emoji`. */
 async function heard (db: Built['db'], addresses: string[]): Promise<Map<string, string[]>> {
-  const rows = await queryRows<{ address: string, data: { emoji: string, added: boolean } }>(db, sql`
+  const rows = await queryRows<{ address: string, data: { from: string, emoji: string, added: boolean } }>(db, sql`
     SELECT address, data FROM events WHERE type = 'message.reaction' AND address = ANY(${sql.param(addresses)}::text[]) ORDER BY address, seq`)
   const byAddress = new Map(addresses.map((a) => [a, [] as string[]]))
-  for (const r of rows) byAddress.get(r.address)!.push(`${r.data.added ? '+' : '-'}${r.data.emoji}`)
+  for (const r of rows) byAddress.get(r.address)!.push(`${r.data.from}${r.data.added ? '+' : '-'}${r.data.emoji}`)
   return byAddress
+}
+
+/** The feeds whose list is not `expected(address)`, with what each holds. */
+function unlike (feeds: Map<string, string[]>, expected: (address: string) => string[]): string[] {
+  return [...feeds].filter(([a, list]) => list.join(' ') !== expected(a).join(' ')).map(([a, list]) => `${a}: ${list.join(' ')}`)
 }
 
 t.test(`a reaction told to more than ${FANOUT_CHUNK} readers: told in bounded transactions before the answer, once each, in the order made`, async (t) => {
   const built = await build(t, { env: { RATE_LIMIT_PER_SECOND: '100000' } })
   const owner = await built.as('owner')
   const { id, members } = await crowd(built, owner, FANOUT_CHUNK * 2 + 50)
-  const bob = await built.as('member7')
-  const carol = await built.as('member8')
+  const reactors = [await built.as('member7'), await built.as('member8')]
   // Two reactors at once, each adding, taking back and adding again: every answer comes after its
-  // fan-out, so each feed holds every change, and each reactor's in the order it made them.
-  await Promise.all([bob, carol].map(async (who) => {
+  // fan-out, so each feed holds every change of the other reactors, in one order for all.
+  await Promise.all(reactors.map(async (who) => {
     for (const [method, emoji] of [['put', 'a'], ['delete', 'a'], ['put', 'b']] as const) {
       t.equal((await who[method](`/v2/message/${id}/reactions/${emoji}`)).statusCode, 204)
     }
   }))
   const feeds = await heard(built.db, ['owner', ...members])
-  for (const [address, list] of feeds) {
-    const expected = (address === 'member7' || address === 'member8' ? 3 : 6)
-    if (list.length !== expected) t.fail(`${address} heard ${list.length} changes, not ${expected}: ${list.join(' ')}`)
-  }
-  t.pass(`every one of ${feeds.size} feeds heard each change once`)
-  const owners = (await built.db.execute(sql`SELECT data->>'from' AS from, data->>'emoji' AS emoji, data->>'added' AS added FROM events
-    WHERE address = 'owner' AND type = 'message.reaction' ORDER BY seq`) as unknown as { rows: { from: string, emoji: string, added: string }[] }).rows
+  const order = feeds.get('owner')!
   for (const reactor of ['member7', 'member8']) {
-    t.same(owners.filter((r) => r.from === reactor).map((r) => `${r.added === 'true' ? '+' : '-'}${r.emoji}`), ['+a', '-a', '+b'], `${reactor}'s changes in the order made`)
+    t.same(order.filter((e) => e.startsWith(reactor)), ['+a', '-a', '+b'].map((e) => reactor + e), `${reactor}'s changes in the order made`)
   }
+  t.same(unlike(feeds, (a) => order.filter((e) => !e.startsWith(`${a}+`) && !e.startsWith(`${a}-`))), [],
+    `each of ${feeds.size} feeds heard every change of the others once, in the order the sender's feed did`)
   t.same(await queryRows(built.db, sql`SELECT * FROM reaction_fanouts`), [], 'nothing left queued')
-  // One change's 249 copies, written by as many transactions as it takes FANOUT_CHUNK feeds each.
+  // One change's copies (one a reader: the members and the sender, the reactor aside), written by
+  // as many transactions as it takes FANOUT_CHUNK feeds each.
   const [writers] = await queryRows<{ n: number }>(built.db, sql`SELECT count(DISTINCT xmin::text)::int AS n FROM events
     WHERE type = 'message.reaction' AND data->>'from' = 'member7' AND data->>'emoji' = 'a' AND data->>'added' = 'true'`)
-  t.equal(writers!.n, Math.ceil((members.length + 1 - 1) / FANOUT_CHUNK), `one change's copies written by ${Math.ceil(members.length / FANOUT_CHUNK)} transactions`)
+  const transactions = Math.ceil(members.length / FANOUT_CHUNK)
+  t.equal(writers!.n, transactions, `one change's ${members.length} copies written by ${transactions} transactions`)
   t.same((await reactions(owner, id) as { emoji: string, count: number }[]).map((r) => [r.emoji, r.count]), [['b', 2]])
+})
+
+t.test(`a reaction to at most ${FANOUT_CHUNK} readers waits its turn behind a fan-out of the same message still queued`, async (t) => {
+  const built = await build(t)
+  const owner = await built.as('owner')
+  // FANOUT_CHUNK readers for member3: told in its own transaction, but for the queue.
+  const { id, members } = await crowd(built, owner, FANOUT_CHUNK + 1)
+  const member3 = await built.as('member3')
+  // A fan-out of member5's, begun moments ago and not yet told (its request is still at it).
+  await built.db.execute(sql`INSERT INTO message_reactions (message_id, emoji, address) VALUES (${id}, 'x', 'member5')`)
+  await createReactionFanoutsRepository(built.db).enqueue(id, { message: id, emoji: 'x', from: 'member5', added: true }, 'member5')
+  t.equal((await member3.put(`/v2/message/${id}/reactions/y`)).statusCode, 204)
+  const feeds = await heard(built.db, ['owner', ...members])
+  t.same(unlike(feeds, (a) => ['member5+x', 'member3+y'].filter((e) => !e.startsWith(`${a}+`))), [], 'every feed heard member5\'s first, then member3\'s')
+  t.same(await queryRows(built.db, sql`SELECT * FROM reaction_fanouts`), [], 'member3\'s request told both')
 })
 
 t.test('a fan-out left half told by a process that stopped is told to the rest, once each, by the next sweep', async (t) => {
@@ -230,11 +247,11 @@ t.test('a fan-out left half told by a process that stopped is told to the rest, 
   const everyone = ['owner', ...members].filter((a) => a !== reactor)
   const toldFirst = [...(await heard(built.db, everyone)).values()].filter((l) => l.length === 1).length
   t.equal(toldFirst, FANOUT_CHUNK, `the first ${FANOUT_CHUNK} told`)
-  t.equal(await tellLeftFanouts(built.db, 60_000), 0, 'a fan-out begun moments ago is left to its request')
-  t.equal(await tellLeftFanouts(built.db, 0), 1, 'the sweep takes it')
+  t.equal(await tellLeftFanouts(built.db, 30_000), 0, 'a fan-out begun moments ago is left to its request')
+  await built.db.execute(sql`UPDATE reaction_fanouts SET created_at = now() - interval '1 minute'`)
+  t.equal(await tellLeftFanouts(built.db, 30_000), 1, 'one begun a minute ago is taken by the sweep')
   const feeds = await heard(built.db, [...everyone, reactor])
-  t.same([...feeds].filter(([a, l]) => a !== reactor && l.join() !== '+x'), [], 'every other reader heard it exactly once')
-  t.same(feeds.get(reactor), [], 'the reactor was not told')
+  t.same(unlike(feeds, (a) => a === reactor ? [] : ['member3+x']), [], 'every other reader heard it exactly once, the reactor not at all')
   t.same(await queryRows(built.db, sql`SELECT * FROM reaction_fanouts`), [], 'nothing left queued')
 })
 
