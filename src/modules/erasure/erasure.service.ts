@@ -77,7 +77,7 @@ async function eraseSentMessages (tx: Db, address: string, batch: ErasureBatch):
  */
 async function eraseReactions (tx: Db, address: string, batch: ErasureBatch): Promise<number> {
   // First its events still queued for telling, so none is told after the copies are erased
-  // (and the copies already told of one it has since taken back go too).
+  // (with the copies already told of a queued one it has since taken back).
   const queued = await createReactionFanoutsRepository(tx).forgetBy(address)
   const ids = await createMessagesRepository(tx).removeReactionsBy(address, batch.rows)
   await createEventsRepository(tx).eraseReactionsFrom(address, [...new Set([...queued, ...ids])])

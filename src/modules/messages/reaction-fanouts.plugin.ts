@@ -12,8 +12,9 @@ const FIRST_MS = 5_000
 /**
  * The sweep of reaction fan-outs a stopped process left half told (reaction_fanouts): a minute
  * after the last ended, on every instance (the fan-out's row lock makes two tellers take turns),
- * the first 5 s after the app is ready; a fan-out is taken once 30 s old, so what a stopped
- * process left is told within about 90 s of the next start. Stopped at shutdown after the
+ * the first 5 s after the app is ready; a fan-out is taken once 30 s old, so what a request
+ * left (its process stopped, or telling failed) is told 30-90 s later by a running instance, or
+ * within about 90 s of the next start, 100 messages a look. Stopped at shutdown after the
  * transaction under way.
  */
 export const reactionFanoutsPlugin = fp(async (app: FastifyInstance, opts: { db: Db }) => {
@@ -21,8 +22,8 @@ export const reactionFanoutsPlugin = fp(async (app: FastifyInstance, opts: { db:
   let running: Promise<void> | undefined
   const stopping = new AbortController()
   const sweep = () => {
-    running = tellLeftFanouts(opts.db, LEFT_AFTER_MS, stopping.signal).then(
-      (n) => { if (n > 0) app.log.info({ messages: n }, 'told the reaction fan-outs a stopped process left') },
+    running = tellLeftFanouts(opts.db, app.log, LEFT_AFTER_MS, stopping.signal).then(
+      (n) => { if (n > 0) app.log.info({ messages: n }, 'told the reaction fan-outs their requests left') },
       (err: unknown) => { app.log.error({ err }, 'telling left reaction fan-outs failed; the next sweep tries again') }
     ).finally(() => {
       running = undefined

@@ -16,6 +16,9 @@ export const FANOUT_CHUNK = 100
 
 type ReactionData = EventData<'message.reaction'>
 
+/** The advisory lock class of a message's tellers ("fanr"), keyed by the message id's hash. */
+const FANOUT_LOCK_CLASS = 0x66616e72
+
 export function createReactionFanoutsRepository (db: Db) {
   return {
     /** In the reaction's transaction: its event, to be told to the message's readers but `reactor` (tellNext). Answers its id. */
@@ -33,15 +36,18 @@ export function createReactionFanoutsRepository (db: Db) {
     /**
      * One transaction of `messageId`'s oldest fan-out: its next FANOUT_CHUNK readers (the
      * sender, then the recipients that have not hidden it, in address order after the last told,
-     * the reactor aside) each get the event; the fan-out is deleted once none is left. The
-     * message is locked first (key share, as a reaction's own transaction held it: a delete or a
-     * retention purge waits for the chunk, or skips the message, and then erases its copies
-     * too), then the fan-out's row, so two tellers (the request, a sweep) take turns and tell
-     * each reader once. Answers which fan-out it told and whether that one is done, or undefined
-     * when the message had none left (or is gone, with them).
+     * the reactor aside) each get the event; the fan-out is deleted once none is left. Tellers
+     * of one message (its reacting requests, a sweep, on any instance) take turns on a lock of
+     * their own first, so only the one telling holds anything of the message. Then the message
+     * itself (key share: beside a reaction's or a hide's lock, but a delete, an edit or a
+     * retention purge waits for the chunk, or skips the message, and so erases the copies a
+     * purge erases), then the fan-out's row, so each reader is told once. Answers which fan-out
+     * it told and whether that one is done, or undefined when the message had none left (or is
+     * gone, with them).
      */
     async tellNext (messageId: string): Promise<{ id: number, done: boolean } | undefined> {
       return transaction(db, async (tx) => {
+        await tx.execute(sql`SELECT pg_advisory_xact_lock(${FANOUT_LOCK_CLASS}, hashtext(${messageId}))`)
         const [message] = await queryRows<{ one: number }>(tx, sql`SELECT 1 AS one FROM messages WHERE id = ${messageId} FOR KEY SHARE`)
         if (message === undefined) return undefined
         const [fanout] = await queryRows<{ id: string | number, data: ReactionData, reactor: string, told_through: string | null }>(tx, sql`
@@ -68,7 +74,7 @@ export function createReactionFanoutsRepository (db: Db) {
     /**
      * Drops `reactor`'s fan-outs still queued (its erasure) and answers their messages: a teller's
      * transaction under way finishes first (the row lock), so the erasure that follows sees every
-     * copy it wrote.
+     * copy it wrote. One that a teller finished meanwhile is not among them.
      */
     async forgetBy (reactor: string): Promise<string[]> {
       const rows = await queryRows<{ message_id: string }>(db, sql`DELETE FROM ${reactionFanouts} WHERE reactor = ${reactor} RETURNING message_id`)

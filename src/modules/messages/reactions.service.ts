@@ -26,7 +26,8 @@ function checkedEmoji (emoji: string): string {
  * without waiting on a reader), then the change, then one message.reaction to its sender and
  * each recipient that still has it, the reactor aside. Up to FANOUT_CHUNK of them are told in
  * the same transaction; to more, the event is queued in it (reaction_fanouts) and told in
- * transactions of FANOUT_CHUNK feeds before the request answers, so no one transaction of a
+ * transactions of FANOUT_CHUNK feeds before the request answers (should telling fail part way,
+ * the answer is still the reaction's, and the sweep tells the rest), so no one transaction of a
  * 1,000-member group's reaction holds the WAL in front of other keys' commits. The routes take
  * the heavy admission gate: one at a time per key.
  */
@@ -86,16 +87,25 @@ async function tellQueued (db: Db, messageId: string, until: number, signal?: Ab
 }
 
 /**
- * Tells the fan-outs begun more than `olderThanMs` ago, which the process that began them left
- * (it stopped between its reaction's commit and its last transaction of telling), each message's
- * up to its newest at the time of looking: fan-outs queued since are their requests' to tell.
- * Stops between two transactions once `signal` aborts. Answers how many messages had some.
+ * Tells the fan-outs begun more than `olderThanMs` ago, which their requests left (the process
+ * stopped, or telling failed, between the reaction's commit and its last transaction of
+ * telling): the 100 messages with the oldest, each up to its newest at the time of looking
+ * (fan-outs queued since are their requests' to tell). A message whose telling fails is logged
+ * and left for the next look, and the others are told. Stops between two transactions once
+ * `signal` aborts. Answers how many messages it told whole.
  */
-export async function tellLeftFanouts (db: Db, olderThanMs: number, signal?: AbortSignal): Promise<number> {
+export async function tellLeftFanouts (db: Db, log: FastifyBaseLogger, olderThanMs: number, signal?: AbortSignal): Promise<number> {
   const left = await createReactionFanoutsRepository(db).stale(olderThanMs, 100)
+  const stopped = () => signal?.aborted === true
+  let told = 0
   for (const { messageId, newest } of left) {
-    if (signal?.aborted === true) break
-    await tellQueued(db, messageId, newest, signal)
+    if (stopped()) break
+    try {
+      await tellQueued(db, messageId, newest, signal)
+      if (!stopped()) told++
+    } catch (err) {
+      log.error({ err: loggableError(err), message: messageId }, 'telling a reaction fan-out a request left failed; the next sweep tries again')
+    }
   }
-  return left.length
+  return told
 }
