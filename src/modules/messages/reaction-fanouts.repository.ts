@@ -82,8 +82,8 @@ export function createReactionFanoutsRepository (db: Db) {
     },
 
     /**
-     * Messages with a fan-out begun more than `olderThanMs` ago, left by a process that stopped,
-     * oldest first; with each, its newest fan-out now, which a sweep tells up to and no further.
+     * Messages with a fan-out begun more than `olderThanMs` ago, which its request left (its
+     * process stopped, or telling failed), oldest first; with each, its newest fan-out now, which a sweep tells up to and no further.
      */
     async stale (olderThanMs: number, limit: number): Promise<{ messageId: string, newest: number }[]> {
       const rows = await queryRows<{ message_id: string, newest: string | number }>(db, sql`
