@@ -45,6 +45,7 @@ const cases: { name: string, body: Buffer, type?: string, status: number, sameSt
   { name: 'three files, then a field named __proto__', body: body(field('recipient', 'bob'), ...['a', 'b', 'c'].map((n) => file('attachment', n, 'text/plain', Buffer.from(n))), field('__proto__', 'x')), status: 400 },
   { name: 'three files, then a field typed application/json that is not JSON', body: body(field('recipient', 'bob'), ...['a', 'b', 'c'].map((n) => file('attachment', n, 'text/plain', Buffer.from(n))), field('x', '{', 'application/json')), status: 400 },
   { name: 'thousands of empty parts', body: body(field('recipient', 'bob'), '--b0undary\r\n\r\n\r\n'.repeat(10_000)), status: 400 },
+  { name: 'an epilogue of 1,000 delimiters after the closing one', body: Buffer.concat([body(field('recipient', 'bob'), field('body', 'hi')), Buffer.from('\r\n--b0undary\r\n\r\n'.repeat(1_000))]), status: 200 },
   { name: 'a body too long', body: body(field('recipient', 'bob'), field('body', 'x'.repeat(200))), status: 400 },
   { name: 'an empty body', body: Buffer.alloc(0), status: 400 },
   { name: 'a part cut short', body: Buffer.from(`${field('recipient', 'bob')}--${BOUNDARY}\r\nContent-Disposition: form-data; name="attachment"; filename="a"\r\n\r\nabc`), status: 400 },
