@@ -124,10 +124,13 @@ async function underLock (db: Db, work: (tx: Db) => Promise<number>, signal?: Ab
 
 /**
  * Messages past their retention, MESSAGE_PURGE_BATCH a transaction, each under the retention
- * lock (so two instances never purge at once, and never the same message), until a batch comes
- * back short: the backlog is done, or a batch skipped messages other work held (the next sweep
- * takes them); or until another sweep keeps the lock (underLock). A kill between batches, or the
- * batch limit, leaves the rest to the next sweep: every batch selects by age afresh.
+ * lock (so two instances never purge at once, and never the same message), until a batch finds
+ * none: the backlog is done, or every message it came to was held by other work (the next sweep
+ * takes them); or until another sweep keeps the lock (underLock). A batch that comes back short
+ * is not the end: it skips what other work holds (a sealing pass's page, a reaction's fan-out),
+ * and ending there left a backlog beside a sealing pass to one batch a sweep, every 10 minutes
+ * (retention-kill, 2026-11-29). A kill between batches, or the batch limit, leaves the rest to
+ * the next sweep: every batch selects by age afresh.
  */
 async function purgeMessages (db: Db, options: RetentionOptions): Promise<number> {
   let total = 0
@@ -135,7 +138,7 @@ async function purgeMessages (db: Db, options: RetentionOptions): Promise<number
     const batch = await underLock(db, async (tx) => purgeExpiredMessages(tx, options.messageRetentionDays, MESSAGE_PURGE_BATCH), options.signal)
     if (batch === undefined) break
     total += batch.done
-    if (batch.done < MESSAGE_PURGE_BATCH) break
+    if (batch.done === 0) break
     if (options.rest === true) await rest(Math.min(MAX_REST_MS, batch.ms), options.signal)
   }
   return total

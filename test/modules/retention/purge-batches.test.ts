@@ -107,3 +107,33 @@ t.test('a purge under way is not ended by another instance taking the lock for a
   t.equal(swept.messages, backlog, 'the whole backlog in this one sweep')
   t.equal(await rowsAbout(db, 'messages', 'id', old), 0)
 })
+
+t.test('a batch that skips messages other work holds does not end the sweep', { skip: usingPostgres() ? false : 'PostgreSQL only: the embedded database has one connection, so nothing else can hold a row meanwhile' }, async (t) => {
+  const { as, db, url } = await build(t, { env: { MESSAGE_RETENTION_DAYS: '30' } })
+  await holdOffAppSweeps(db)
+  await as('alice')
+  await as('bob')
+  const backlog = MESSAGE_PURGE_BATCH * 3
+  const old = await insertOldMessages(db, { label: 7, sender: 'alice', recipient: 'bob', readers: ['bob'], count: backlog, days: 45 })
+  // The oldest 100, which every batch comes to first, held by another connection as a
+  // reaction's fan-out holds its message (key share) or a sealing pass its page's rows.
+  const held = old.slice(-100)
+  const other = await connectPostgres(url!, 1)
+  t.teardown(async () => { await other.close() })
+  let release = () => {}
+  const released = new Promise<void>((resolve) => { release = resolve })
+  let holding = () => {}
+  const holds = new Promise<void>((resolve) => { holding = resolve })
+  const holder = other.db.transaction(async (tx) => {
+    await tx.execute(sql`SELECT id FROM messages WHERE id = ANY(${sql.param(held)}::text[]) FOR KEY SHARE`)
+    holding()
+    await released
+  })
+  await holds
+  const swept = await purgeExpired(db, 0, 365, RETENTION).finally(release)
+  await holder
+  t.equal(swept.messages, backlog - held.length, 'every message not held, in one sweep')
+  t.equal(await rowsAbout(db, 'messages', 'id', held), held.length, 'the held ones stay')
+  t.match(await purgeExpired(db, 0, 365, RETENTION), { messages: held.length }, 'for the next sweep, once let go')
+  t.equal(await rowsAbout(db, 'messages', 'id', old), 0)
+})
