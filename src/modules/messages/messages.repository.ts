@@ -160,10 +160,11 @@ export function createMessagesRepository (db: Db) {
       return removed.length > 0
     },
 
-    /** The recipients that still have the message (not hidden), in address order. */
-    async readers (id: string): Promise<string[]> {
-      const rows = await db.select({ recipient: deliveries.recipient }).from(deliveries)
+    /** The recipients that still have the message (not hidden), in address order; the first `limit` of them if given. */
+    async readers (id: string, limit?: number): Promise<string[]> {
+      const all = db.select({ recipient: deliveries.recipient }).from(deliveries)
         .where(and(eq(deliveries.messageId, id), isNull(deliveries.hiddenAt))).orderBy(asc(deliveries.recipient))
+      const rows = await (limit === undefined ? all : all.limit(limit))
       return rows.map((r) => r.recipient)
     },
 

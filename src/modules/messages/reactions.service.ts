@@ -54,7 +54,9 @@ export async function react (db: Db, log: FastifyBaseLogger, id: string, address
     if (!changed) return
     const data = { message: id, emoji, from: address, added }
     const fanouts = createReactionFanoutsRepository(tx)
-    const told = [...new Set([row.sender, ...await messages.readers(id)])].filter((a) => a !== address)
+    // Enough readers to tell whether there are more than FANOUT_CHUNK to tell, the sender and
+    // the reactor aside: a queued fan-out reads its own, a chunk at a time.
+    const told = [...new Set([row.sender, ...await messages.readers(id, FANOUT_CHUNK + 2)])].filter((a) => a !== address)
     // Behind a queued fan-out of this message, queued too: its readers hear its reactions in order.
     if (told.length > FANOUT_CHUNK || await fanouts.pending(id)) {
       queued = await fanouts.enqueue(id, data, address)

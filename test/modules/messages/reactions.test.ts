@@ -169,7 +169,7 @@ t.test('a key reacting as fast as it may in a 1,000-member group leaves a bystan
 /** A group of the caller and `size - 1` members made by SQL (member1…), and a message to it. */
 async function crowd (built: Built, owner: Caller, size: number): Promise<{ group: string, id: string, members: string[] }> {
   const members = Array.from({ length: size - 1 }, (_, i) => `member${i + 1}`)
-  await built.db.execute(sql`INSERT INTO users (address) SELECT unnest(${sql.param(members)}::text[])`)
+  await built.db.execute(sql`INSERT INTO users (address) SELECT unnest(${sql.param(members)}::text[]) ON CONFLICT DO NOTHING`)
   const group = (await owner.post('/v2/group', { name: 'crowd', members })).json().id as string
   const id = (await owner.post('/v2/message', { recipient: group, body: 'react to me' })).json().id as string
   return { group, id, members }
@@ -216,6 +216,19 @@ t.test(`a reaction told to more than ${FANOUT_CHUNK} readers: told in bounded tr
   const transactions = Math.ceil(members.length / FANOUT_CHUNK)
   t.equal(writers!.n, transactions, `one change's ${members.length} copies written by ${transactions} transactions`)
   t.same((await reactions(owner, id) as { emoji: string, count: number }[]).map((r) => [r.emoji, r.count]), [['b', 2]])
+})
+
+t.test(`a reaction to ${FANOUT_CHUNK} readers is told in its own transaction, to ${FANOUT_CHUNK + 1} queued`, async (t) => {
+  const built = await build(t)
+  const owner = await built.as('owner')
+  for (const [size, transactions] of [[FANOUT_CHUNK + 1, 1], [FANOUT_CHUNK + 2, 2]] as const) {
+    // The owner and the members, member3 (the reactor) aside: size - 1 readers.
+    const { id } = await crowd(built, owner, size)
+    t.equal((await (await built.as('member3')).put(`/v2/message/${id}/reactions/z`)).statusCode, 204)
+    const [writers] = await queryRows<{ n: number, copies: number }>(built.db, sql`SELECT count(DISTINCT xmin::text)::int AS n, count(*)::int AS copies
+      FROM events WHERE type = 'message.reaction' AND message_id = ${id}`)
+    t.same(writers, { n: transactions, copies: size - 1 }, `${size - 1} readers told by ${transactions} transaction(s)`)
+  }
 })
 
 t.test(`a reaction to at most ${FANOUT_CHUNK} readers waits its turn behind a fan-out of the same message still queued`, async (t) => {
