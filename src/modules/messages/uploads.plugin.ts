@@ -6,7 +6,7 @@ import { loggableError } from '../../db/errors.js'
 import { ValidationFailed } from '../../errors.js'
 import { sendError } from '../../plugins/errors.js'
 import { CHUNK_BYTES, createAttachmentChunksRepository } from './attachment-chunks.repository.js'
-import { boundaryOf, PartsCut } from './multipart-parts.js'
+import { boundaryOf, gateParts, PartsGate } from './multipart-parts.js'
 import { UploadedFile } from './uploaded-file.js'
 import { readUpload, type UploadProgress } from './uploads.js'
 import { HEADERS_NEVER_END, parseWholeMultipart } from './whole-multipart.js'
@@ -61,34 +61,27 @@ export const uploadsPlugin = fp(async (app: FastifyInstance, opts: UploadsPlugin
     req.body = await parseWholeMultipart(req.headers, body, limits, app.multipartErrors)
     Object.defineProperty(req, 'isMultipart', { value: () => false })
   })
-  // A streamed body reaches busboy only up to a few parts past the parts limit
-  // (multipart-parts.ts): the plugin pipes the request into its busboy once its hook below asks
-  // for the parts, and that busboy's writes are cut there. The pipe itself is left as it is, so
-  // the plugin's unpipe and the onError hook's below work on it unchanged.
+  // A streamed body is handed to busboy a part at a time near its parts limit, and no more of it
+  // once busboy raised that limit (multipart-parts.ts): the plugin pipes the request into its
+  // busboy once its hook below asks for the parts, and that busboy's _write (what parses each
+  // chunk written, one at a time, Writable's own queue in front) takes the gate's pieces in
+  // turn. The pipe itself is left as it is, so the plugin's unpipe and the onError hook's below
+  // work on it unchanged.
   app.addHook('preValidation', async (req) => {
     if (req.routeOptions.config.acceptsFiles !== true || !req.isMultipart()) return
     const boundary = boundaryOf(req.headers)
     if (boundary === undefined) return
-    const cut = new PartsCut(boundary, limits.parts)
     const raw = req.raw
     Object.defineProperty(raw, 'pipe', {
       configurable: true,
-      value: function pipeCut<T extends NodeJS.WritableStream> (dest: T, options?: { end?: boolean }): T {
+      value: function pipeGated<T extends NodeJS.WritableStream> (dest: T, options?: { end?: boolean }): T {
         Reflect.deleteProperty(raw, 'pipe')
-        const write = dest.write.bind(dest) as (chunk: Buffer) => boolean
-        // A pipe writes each chunk alone, without a callback; one cut to nothing is dropped.
-        Object.defineProperty(dest, 'write', {
-          configurable: true,
-          value: (chunk: Buffer) => {
-            const kept = cut.take(chunk)
-            return kept.length === 0 ? true : write(kept)
-          }
-        })
+        gateParts(dest, new PartsGate(boundary, limits.parts))
         return raw.pipe(dest, options)
       }
     })
   })
-  // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
+  // @fastify/busboy can stall for ever  // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
   // waits for a blank line that never comes, and stops reading the request. A multipart body
   // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused
   // by the parser rather than waiting on the client) is answered 400 and its connection closed.
