@@ -133,7 +133,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now, e
     }, async () => app.swagger())
     await v2.register(usersRoutes, { db: database.db, messageRetentionDays: config.messageRetentionDays })
     await v2.register(messagesRoutes, {
-      db: database.db, maxBodyChars: config.maxBodyChars, editWindowSeconds: config.messageEditWindowSeconds, metrics: app.metrics, sendBatches: sendBatches(poolSize)
+      db: database.db, maxBodyChars: config.maxBodyChars, editWindowSeconds: config.messageEditWindowSeconds, metrics: app.metrics, sendBatches: sendBatches(poolSize), now
     })
     // A wake-up's feed reads, gathered into statements: a quarter of the pool at most (the
     // rest for sends and other reads), and at most 4 (an answer may hold 32 pages of 256 KiB).

@@ -83,7 +83,7 @@ export class Unavailable extends AppError {
 export const RATE_LIMIT_MESSAGE = 'Too many requests/second, please try again later'
 
 export class RateLimited extends AppError {
-  constructor (message = RATE_LIMIT_MESSAGE) { super(429, 'RATE_LIMITED', message, { 'retry-after': '1' }) }
+  constructor (message = RATE_LIMIT_MESSAGE, retryAfterSeconds = 1) { super(429, 'RATE_LIMITED', message, { 'retry-after': String(retryAfterSeconds) }) }
 }
 
 /** An unexpected failure; the cause is logged, never answered. */

@@ -582,7 +582,7 @@ export type paths = {
         put?: never;
         /**
          * Say you are typing
-         * @description Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.
+         * @description Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped. A sender's typing reaches at most 1,000 feeds a second (5,000 at once, per instance): past that, 429 RATE_LIMITED with Retry-After.
          */
         post: operations["startTyping"];
         delete?: never;
@@ -603,7 +603,7 @@ export type paths = {
         post?: never;
         /**
          * Say you stopped typing
-         * @description Sends typing.stopped { from, to }, to whom typing.started would go.
+         * @description Sends typing.stopped { from, to }, to whom typing.started would go, within the same allowance of feeds.
          */
         delete: operations["stopTyping"];
         options?: never;

@@ -25,7 +25,7 @@ import {
 } from './messages.schemas.js'
 import { messageStatus, reportStatus } from './receipts.service.js'
 import { createSendService } from './send.service.js'
-import { startTyping, stopTyping } from './typing.service.js'
+import { createTyping } from './typing.service.js'
 
 export interface MessagesRoutesOptions {
   db: Db
@@ -35,9 +35,12 @@ export interface MessagesRoutesOptions {
   metrics: Metrics
   /** Send batches in flight at once per lane (see sendBatches in send-lanes.ts). */
   sendBatches: number
+  /** The app's clock (ms since the epoch): typing's allowance refills on it. */
+  now: () => number
 }
 
-export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, editWindowSeconds, metrics, sendBatches }) => {
+export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = async (app, { db, maxBodyChars, editWindowSeconds, metrics, sendBatches, now }) => {
+  const typing = createTyping(db, now)
   const messages = createMessagesRepository(db)
   const sending = createSendService(db, {
     concurrency: sendBatches,
@@ -121,12 +124,12 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       operationId: 'startTyping',
       tags: ['messages'],
       summary: 'Say you are typing',
-      description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped.',
+      description: 'Sends typing.started { from, to, expiresAt } (15 s later) to the recipient, or to each other member of a group. A user is told only if it knows the caller: a message between them either way, a group they share, or the caller in its roster; otherwise the call answers 204 and is dropped. A sender\'s typing reaches at most 1,000 feeds a second (5,000 at once, per instance): past that, 429 RATE_LIMITED with Retry-After.',
       body: TypingBody,
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
   }, async (req, reply) => {
-    await startTyping(db, principalOf(req).address, req.body.recipient)
+    await typing.start(principalOf(req).address, req.body.recipient)
     return reply.code(204).send()
   })
 
@@ -135,12 +138,12 @@ export const messagesRoutes: FastifyPluginAsyncTypebox<MessagesRoutesOptions> = 
       operationId: 'stopTyping',
       tags: ['messages'],
       summary: 'Say you stopped typing',
-      description: 'Sends typing.stopped { from, to }, to whom typing.started would go.',
+      description: 'Sends typing.stopped { from, to }, to whom typing.started would go, within the same allowance of feeds.',
       params: TypingParams,
       response: { 204: NoContent, ...errorResponses(...AUTHENTICATED_ERRORS, 403, 404) }
     }
   }, async (req, reply) => {
-    await stopTyping(db, principalOf(req).address, req.params.recipient)
+    await typing.stop(principalOf(req).address, req.params.recipient)
     return reply.code(204).send()
   })
 

@@ -1,11 +1,12 @@
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
-import { NotFound } from '../../errors.js'
+import { NotFound, RateLimited } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
 import { memberGroup } from '../groups/groups.service.js'
 import { createUsersRepository } from '../users/users.repository.js'
+import { FeedWriteBudget } from './feed-write-budget.js'
 import { RecipientDeactivated } from './send.errors.js'
 import { userAddress } from './send.service.js'
 
@@ -13,12 +14,11 @@ import { userAddress } from './send.service.js'
 const TYPING_TTL_MS = 15_000
 
 /**
- * Group typing fans out to every member, so it is coalesced per (sender, group) in this
- * process: a typing.started is not sent again while the previous one still has more than half
- * its TTL to live, and a typing.stopped only follows a live start. Maps sender|group to the
- * live start's expiry (ms since the epoch, database clock).
+ * The feeds a sender's typing may write, in this process: 1,000 a second (a 1,000-member group's
+ * start or stop each second), 5,000 at once. Past that, 429 with the seconds until it refills.
  */
-const liveGroupTyping = new Map<string, number>()
+const TYPING_FEEDS_PER_SECOND = 1_000
+const TYPING_FEEDS_BURST = 5_000
 
 /**
  * Who a typing indicator goes to: a user itself, or every member of a group but the sender, who
@@ -39,8 +39,8 @@ async function resolveRecipients (db: Db, sender: string, recipient: string): Pr
 }
 
 /** Forgets lapsed entries, so the map holds only live starts. */
-function sweep (now: number): void {
-  for (const [key, expires] of liveGroupTyping) if (expires <= now) liveGroupTyping.delete(key)
+function sweep (live: Map<string, number>, now: number): void {
+  for (const [key, expires] of live) if (expires <= now) live.delete(key)
 }
 
 /**
@@ -53,40 +53,65 @@ async function reaches (tx: Db, from: string, target: { recipient: string }): Pr
   return isGroupId(target.recipient) || await createUsersRepository(tx).acquainted(from, target.recipient)
 }
 
-/** typing.started to the recipient (or each other member of a group), lapsing after 15 s. */
-export async function startTyping (db: Db, from: string, to: string): Promise<void> {
-  await transaction(db, async (tx) => {
-    const target = await resolveRecipients(tx, from, to)
-    if (!await reaches(tx, from, target)) return
-    const feeds = createEventsRepository(tx)
-    const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
-    const key = `${from}|${target.recipient}`
-    if (isGroupId(target.recipient)) {
-      const now = expiresAt.getTime() - TYPING_TTL_MS
-      sweep(now)
-      const live = liveGroupTyping.get(key)
-      if (live !== undefined && live - now > TYPING_TTL_MS / 2) return
-    }
-    const data = { from, to: target.recipient, expiresAt: expiresAt.toISOString() }
-    await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
-    if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
-  })
+export interface Typing {
+  /** typing.started to the recipient (or each other member of a group), lapsing after 15 s. */
+  start(from: string, to: string): Promise<void>
+  /** typing.stopped, lapsing like a start: it only matters while a start could still be shown. */
+  stop(from: string, to: string): Promise<void>
 }
 
-/** typing.stopped, lapsing like a start: it only matters while a start could still be shown. */
-export async function stopTyping (db: Db, from: string, to: string): Promise<void> {
-  await transaction(db, async (tx) => {
-    const target = await resolveRecipients(tx, from, to)
-    if (!await reaches(tx, from, target)) return
-    const feeds = createEventsRepository(tx)
-    const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
-    if (isGroupId(target.recipient)) {
-      const key = `${from}|${target.recipient}`
-      sweep(expiresAt.getTime() - TYPING_TTL_MS)
-      if (!liveGroupTyping.has(key)) return
-      liveGroupTyping.delete(key)
+/**
+ * Typing indicators, with what this process keeps of them. Group typing fans out to every
+ * member, so it is coalesced per (sender, group): a typing.started is not sent again while the
+ * previous one still has more than half its TTL to live, and a typing.stopped only follows a
+ * live start. And what a sender's typing writes is bounded (TYPING_FEEDS_PER_SECOND): typing
+ * counts against no quota, and a start and a stop in turn are each a fan-out. `now` is the
+ * app's clock (ms), which tests move.
+ */
+export function createTyping (db: Db, now: () => number): Typing {
+  /** sender|group to the live start's expiry (ms since the epoch, database clock). */
+  const liveGroupTyping = new Map<string, number>()
+  const budget = new FeedWriteBudget(TYPING_FEEDS_PER_SECOND, TYPING_FEEDS_BURST, now)
+  const spend = (from: string, to: string, feeds: number) => {
+    const wait = budget.take(from, feeds)
+    if (wait > 0) throw new RateLimited(`typing to ${to} reaches ${feeds} feeds, and ${from}'s typing may reach ${TYPING_FEEDS_PER_SECOND} a second; try again in ${wait} s`, wait)
+  }
+  return {
+    async start (from, to) {
+      await transaction(db, async (tx) => {
+        const target = await resolveRecipients(tx, from, to)
+        if (!await reaches(tx, from, target)) return
+        const feeds = createEventsRepository(tx)
+        const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
+        const key = `${from}|${target.recipient}`
+        if (isGroupId(target.recipient)) {
+          const at = expiresAt.getTime() - TYPING_TTL_MS
+          sweep(liveGroupTyping, at)
+          const live = liveGroupTyping.get(key)
+          if (live !== undefined && live - at > TYPING_TTL_MS / 2) return
+        }
+        spend(from, target.recipient, target.addresses.length)
+        const data = { from, to: target.recipient, expiresAt: expiresAt.toISOString() }
+        await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
+        if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
+      })
+    },
+    async stop (from, to) {
+      await transaction(db, async (tx) => {
+        const target = await resolveRecipients(tx, from, to)
+        if (!await reaches(tx, from, target)) return
+        const feeds = createEventsRepository(tx)
+        const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
+        const key = `${from}|${target.recipient}`
+        if (isGroupId(target.recipient)) {
+          sweep(liveGroupTyping, expiresAt.getTime() - TYPING_TTL_MS)
+          if (!liveGroupTyping.has(key)) return
+        }
+        spend(from, target.recipient, target.addresses.length)
+        liveGroupTyping.delete(key)
+        const data = { from, to: target.recipient }
+        await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
+      })
     }
-    const data = { from, to: target.recipient }
-    await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
-  })
+  }
 }

@@ -39,3 +39,31 @@ t.test('typing to a big group is coalesced: 20 calls give one typing.started per
   t.equal((await alice.post('/v2/message/typing', { recipient: group.id })).statusCode, 204)
   t.equal(await count(), 150, 'after a stop, a new start goes out')
 })
+
+t.test('typing toggled to a 1,000-member group: 5,000 feeds at once, then 1,000 a second, per sender; 429 with the wait past that', async (t) => {
+  let clock = Date.now()
+  const { as, db } = await build(t, { now: () => clock, env: { RATE_LIMIT_PER_SECOND: '100000' } })
+  const mallory = await as('mallory')
+  const members = Array.from({ length: 999 }, (_, i) => `member${i + 1}`)
+  await db.execute(sql`INSERT INTO users (address) SELECT unnest(${sql.param(members)}::text[])`)
+  const group = (await mallory.post('/v2/group', { name: 'everyone', members })).json().id as string
+  const count = async () => (await queryRows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM events WHERE type LIKE 'typing.%' AND data->>'from' = 'mallory'`))[0]!.n
+  // Started and stopped in turn, each a fan-out to 999 feeds: five fit in 5,000.
+  const toggle = (i: number) => i % 2 === 0 ? mallory.post('/v2/message/typing', { recipient: group }) : mallory.delete(`/v2/message/typing/${group}`)
+  const answers = []
+  for (let i = 0; i < 8; i++) answers.push(await toggle(i))
+  // The start after a refused stop is the live start's again: coalesced, 204, nothing written.
+  t.same(answers.map((r) => r.statusCode), [204, 204, 204, 204, 204, 429, 204, 429])
+  t.equal(await count(), 5 * 999, 'five fan-outs written, none of the refused')
+  t.equal(answers[5]!.headers['retry-after'], '1')
+  t.match(answers[5]!.json(), { code: 'RATE_LIMITED', message: `typing to ${group} reaches 999 feeds, and mallory's typing may reach 1000 a second; try again in 1 s` })
+  // Another member's typing has its own allowance.
+  const member1 = await as('member1')
+  t.equal((await member1.post('/v2/message/typing', { recipient: group })).statusCode, 204, 'another sender types on')
+  clock += 1_000
+  t.equal((await toggle(5)).statusCode, 204, 'a second later, the refused stop goes')
+  t.equal((await toggle(6)).statusCode, 429, 'and only that one')
+  clock += 10_000
+  t.same([(await toggle(6)).statusCode, (await toggle(7)).statusCode], [204, 204], 'refilled')
+  t.equal(await count(), 8 * 999, 'every fan-out answered 204, and no other')
+})
