@@ -26,7 +26,10 @@ export function boundaryOf (headers: IncomingHttpHeaders): string | undefined {
  * (~128 KiB a request in noisy-neighbour's case).
  *
  * busboy still decides: its own partsLimit is the refusal, with the plugin's error, and what it
- * parses is what it parsed before. Its delimiter ("\r\n--" and the boundary, deps/dicer) is only
+ * parses is what it parsed before. Once it has refused, it is given the closing delimiter in
+ * place of the rest, so it ends as it ends a whole body: left to end short of one, it answered
+ * "Unexpected end of multipart data" in place of the limit, through a file it was still
+ * handing over before the limit. Its delimiter ("\r\n--" and the boundary, deps/dicer) is only
  * counted here, and from the `parts`-th on (busboy sees at most one part more than there are
  * delimiters, so none sooner can be over its limit) a chunk is handed over one delimiter at a
  * time, until the caller closes the gate on busboy's partsLimit. Counting cannot match dicer's
@@ -37,6 +40,8 @@ export function boundaryOf (headers: IncomingHttpHeaders): string | undefined {
  */
 export class PartsGate {
   readonly #delimiter: Buffer
+  /** What ends a body: the closing delimiter, given to busboy once it has refused the rest. */
+  readonly closing: Buffer
   /** The delimiters from which chunks are split: the parts-th to the last before `#whole`. */
   readonly #from: number
   readonly #whole: number
@@ -47,6 +52,7 @@ export class PartsGate {
 
   constructor (boundary: string, parts: number) {
     this.#delimiter = Buffer.from('\r\n--' + boundary)
+    this.closing = Buffer.from('\r\n--' + boundary + '--\r\n')
     this.#from = parts
     this.#whole = 2 * (parts + 2)
   }
@@ -67,6 +73,8 @@ export class PartsGate {
    */
   pieces (chunk: Buffer): Buffer[] {
     if (this.#closed) return []
+    // Past the last delimiter it would split before, it looks no more.
+    if (this.#seen >= this.#whole) return [chunk]
     const length = this.#delimiter.length
     const splits: number[] = []
     // Matches do not overlap, as dicer's search finds them: the next is looked for after the last.
@@ -95,20 +103,31 @@ export class PartsGate {
 }
 
 /**
- * busboy's parse of each chunk written to it, in `gate`'s pieces, and none once busboy raised
- * its partsLimit. Its _write is what parses a chunk, one at a time with Writable's own queue in
- * front, and calls back when busboy is ready for the next: the pieces are handed over in turn.
+ * busboy's parse of each chunk written to it, in `gate`'s pieces; once busboy raised its
+ * partsLimit, the closing delimiter, then nothing. Its _write is what parses a chunk, one at a
+ * time with Writable's own queue in front, and calls back when busboy is ready for the next:
+ * the pieces are handed over in turn.
  */
 export function gateParts (busboy: NodeJS.WritableStream, gate: PartsGate): void {
   const writable = busboy as Writable
   writable.once('partsLimit', () => gate.close())
   const parse = writable._write.bind(writable)
+  let closed = false
   writable._write = (chunk: Buffer, encoding: BufferEncoding, done: (err?: Error | null) => void) => {
     const pieces = gate.pieces(chunk)
     let next = 0
     const step = (err?: Error | null): void => {
-      if (err != null || next === pieces.length || gate.closed) done(err)
-      else parse(pieces[next++]!, encoding, step)
+      if (err != null) {
+        done(err)
+      } else if (gate.closed) {
+        if (closed) return done()
+        closed = true
+        parse(gate.closing, encoding, done)
+      } else if (next === pieces.length) {
+        done()
+      } else {
+        parse(pieces[next++]!, encoding, step)
+      }
     }
     step()
   }

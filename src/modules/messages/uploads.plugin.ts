@@ -81,7 +81,7 @@ export const uploadsPlugin = fp(async (app: FastifyInstance, opts: UploadsPlugin
       }
     })
   })
-  // @fastify/busboy can stall for ever  // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
+  // @fastify/busboy can stall for ever on a malformed body: a part whose headers never end
   // waits for a blank line that never comes, and stops reading the request. A multipart body
   // whose reading has stood still for MULTIPART_STALL_MS (read whole but not parsed, or paused
   // by the parser rather than waiting on the client) is answered 400 and its connection closed.

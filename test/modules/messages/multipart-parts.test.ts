@@ -7,26 +7,28 @@ import { build } from '../../helper.js'
 
 /**
  * What busboy makes of `body` written in `chunks`-byte chunks, with the gate or without: its
- * events in order, up to and with its partsLimit (after which a gated busboy is given nothing),
- * else to its end; and how many bytes it parsed.
+ * events in order, up to and with its partsLimit (after which a gated busboy is given only the
+ * closing delimiter), and how it ended; and how many bytes it parsed. A file is read 5 ms after
+ * it begins, as the service's store reads one: busboy waits on it meanwhile.
  */
 async function parse (body: Buffer, boundary: string, parts: number, chunks: number, gated: boolean): Promise<{ events: string[], parsed: number }> {
   const bb = new Busboy({ headers: { 'content-type': `multipart/form-data; boundary="${boundary}"` }, limits: { parts } })
   const events: string[] = []
   let limited = false
-  const log = (event: string) => { if (!limited) events.push(event) }
+  const log = (event: string, always = false) => { if (!limited || always) events.push(event) }
   bb.on('field', (name: string, value: string) => log(`field ${name}=${value}`))
   bb.on('file', (name: string, stream: NodeJS.ReadableStream) => {
     log(`file ${name}`)
-    stream.resume()
+    stream.on('error', (err: Error) => log(`file error ${err.message}`, true))
+    setTimeout(() => stream.resume(), 5)
   })
   bb.on('partsLimit', () => {
     log('partsLimit')
     limited = true
   })
   const ended = new Promise<void>((resolve) => {
-    bb.on('finish', () => { log('finish'); resolve() })
-    bb.on('error', (err: Error) => { log(`error ${err.message}`); resolve() })
+    bb.on('finish', () => { log('finish', true); resolve() })
+    bb.on('error', (err: Error) => { log(`error ${err.message}`, true); resolve() })
   })
   let parsed = 0
   const write = bb._write.bind(bb)
@@ -83,7 +85,7 @@ t.test('through the gate busboy makes of a well-formed body what it makes of it 
     }
   }
   t.pass(`${checked} bodies, ${refused} over the limit: the same fields, files, refusal or end`)
-  t.ok(refused > checked / 4 && refused < checked * 3 / 4, 'both kinds among them')
+  t.ok(refused > 0 && refused < checked, 'both kinds among them')
 })
 
 t.test('a body of empty parts is parsed a part past the limit; the pieces are always the chunk', async (t) => {
@@ -149,6 +151,12 @@ t.test('a service answers what busboy makes of a body: empty parts refused with 
     t.equal((await send(dashes, streamed)).status, 200, `${way}: 17 delimiters after dashes, 19 parts: sent`)
     t.match((await send(adjacent, streamed)).body, tooMany, `${way}: 1,034 parts, the 35th empty: refused for its parts`)
   }
+  // A file before the limit, still being stored when busboy refuses the rest: the refusal is
+  // the answer, not the end of a body cut short (which destroyed that file's stream).
+  const fileThenEmpties = Buffer.from(field('recipient', 'bob') +
+    `${d}\r\nContent-Disposition: form-data; name="attachment"; filename="a.bin"\r\nContent-Type: application/octet-stream\r\n\r\n0123456789` +
+    `${d}\r\n\r\n`.repeat(40) + `${d}--\r\n`)
+  for (let run = 0; run < 3; run++) t.match((await send(fileThenEmpties, true)).body, tooMany, 'streamed: a 10-byte file, then 40 empty parts: refused for its parts')
   const file = randomBytes(300 * 1024)
   const sent = Buffer.concat([
     Buffer.from(field('recipient', 'bob') + `${d}\r\nContent-Disposition: form-data; name="attachment"; filename="a.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`),
