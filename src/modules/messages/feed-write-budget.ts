@@ -34,12 +34,13 @@ export class FeedWriteBudget {
   #available (sender: string, now: number): number {
     const entry = this.#left.get(sender)
     if (entry === undefined) return this.#burst
-    return Math.min(this.#burst, entry.feeds + (now - entry.at) / 1000 * this.#perSecond)
+    // A clock set back refills nothing, rather than taking the allowance away.
+    return Math.min(this.#burst, entry.feeds + Math.max(0, now - entry.at) / 1000 * this.#perSecond)
   }
 
   /** Once a second at most: forgets the senders whose allowance has filled again, so the map holds only recent ones. */
   #sweep (now: number): void {
-    if (now - this.#sweptAt < 1000) return
+    if (Math.abs(now - this.#sweptAt) < 1000) return
     this.#sweptAt = now
     for (const sender of this.#left.keys()) if (this.#available(sender, now) >= this.#burst) this.#left.delete(sender)
   }

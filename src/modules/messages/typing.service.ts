@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client.js'
 import { transaction } from '../../db/transaction.js'
-import { NotFound, RateLimited } from '../../errors.js'
+import { NotFound, RATE_LIMIT_MESSAGE, RateLimited } from '../../errors.js'
 import { isGroupId } from '../../ids.js'
 import { createEventsRepository } from '../events/events.repository.js'
 import { createGroupsRepository } from '../groups/groups.repository.js'
@@ -65,21 +65,26 @@ export interface Typing {
  * member, so it is coalesced per (sender, group): a typing.started is not sent again while the
  * previous one still has more than half its TTL to live, and a typing.stopped only follows a
  * live start. And what a sender's typing writes is bounded (TYPING_FEEDS_PER_SECOND): typing
- * counts against no quota, and a start and a stop in turn are each a fan-out. `now` is the
- * app's clock (ms), which tests move.
+ * counts against no quota, and a start and a stop in turn are each a fan-out. What is spent
+ * inside the transaction stays spent if it rolls back (or runs again after a deadlock): a
+ * typing call's worth, which errs on the side of the bound. `now` is the app's clock (ms),
+ * which tests move.
  */
 export function createTyping (db: Db, now: () => number): Typing {
   /** sender|group to the live start's expiry (ms since the epoch, database clock). */
   const liveGroupTyping = new Map<string, number>()
   const budget = new FeedWriteBudget(TYPING_FEEDS_PER_SECOND, TYPING_FEEDS_BURST, now)
-  const spend = (from: string, to: string, feeds: number) => {
-    const wait = budget.take(from, feeds)
-    if (wait > 0) throw new RateLimited(`typing to ${to} reaches ${feeds} feeds, and ${from}'s typing may reach ${TYPING_FEEDS_PER_SECOND} a second; try again in ${wait} s`, wait)
+  // The contract's one rate message (SPEC.md §7), with the wait in Retry-After.
+  const spend = (from: string, feeds: number) => {
+    const wait = feeds === 0 ? 0 : budget.take(from, feeds)
+    if (wait > 0) throw new RateLimited(RATE_LIMIT_MESSAGE, wait)
   }
   return {
     async start (from, to) {
       await transaction(db, async (tx) => {
         const target = await resolveRecipients(tx, from, to)
+        // A user's one feed is spent whether it knows the caller or not: a refusal must not tell.
+        if (!isGroupId(target.recipient)) spend(from, 1)
         if (!await reaches(tx, from, target)) return
         const feeds = createEventsRepository(tx)
         const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
@@ -89,8 +94,8 @@ export function createTyping (db: Db, now: () => number): Typing {
           sweep(liveGroupTyping, at)
           const live = liveGroupTyping.get(key)
           if (live !== undefined && live - at > TYPING_TTL_MS / 2) return
+          spend(from, target.addresses.length)
         }
-        spend(from, target.recipient, target.addresses.length)
         const data = { from, to: target.recipient, expiresAt: expiresAt.toISOString() }
         await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
         if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
@@ -99,6 +104,7 @@ export function createTyping (db: Db, now: () => number): Typing {
     async stop (from, to) {
       await transaction(db, async (tx) => {
         const target = await resolveRecipients(tx, from, to)
+        if (!isGroupId(target.recipient)) spend(from, 1)
         if (!await reaches(tx, from, target)) return
         const feeds = createEventsRepository(tx)
         const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
@@ -106,9 +112,9 @@ export function createTyping (db: Db, now: () => number): Typing {
         if (isGroupId(target.recipient)) {
           sweep(liveGroupTyping, expiresAt.getTime() - TYPING_TTL_MS)
           if (!liveGroupTyping.has(key)) return
+          spend(from, target.addresses.length)
+          liveGroupTyping.delete(key)
         }
-        spend(from, target.recipient, target.addresses.length)
-        liveGroupTyping.delete(key)
         const data = { from, to: target.recipient }
         await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
       })
