@@ -81,7 +81,9 @@ export function createTyping (db: Db, now: () => number): Typing {
   }
   return {
     async start (from, to) {
-      await transaction(db, async (tx) => {
+      // The map changes once the transaction has committed: run again after a deadlock, it
+      // finds what it found the first time, and a rollback leaves no start it did not send.
+      const started = await transaction(db, async (tx): Promise<{ key: string, expires: number } | undefined> => {
         const target = await resolveRecipients(tx, from, to)
         // A user's one feed is spent whether it knows the caller or not: a refusal must not tell.
         if (!isGroupId(target.recipient)) spend(from, 1)
@@ -98,11 +100,12 @@ export function createTyping (db: Db, now: () => number): Typing {
         }
         const data = { from, to: target.recipient, expiresAt: expiresAt.toISOString() }
         await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
-        if (isGroupId(target.recipient)) liveGroupTyping.set(key, expiresAt.getTime())
+        return isGroupId(target.recipient) ? { key, expires: expiresAt.getTime() } : undefined
       })
+      if (started !== undefined) liveGroupTyping.set(started.key, started.expires)
     },
     async stop (from, to) {
-      await transaction(db, async (tx) => {
+      const stopped = await transaction(db, async (tx): Promise<string | undefined> => {
         const target = await resolveRecipients(tx, from, to)
         if (!isGroupId(target.recipient)) spend(from, 1)
         if (!await reaches(tx, from, target)) return
@@ -113,11 +116,12 @@ export function createTyping (db: Db, now: () => number): Typing {
           sweep(liveGroupTyping, expiresAt.getTime() - TYPING_TTL_MS)
           if (!liveGroupTyping.has(key)) return
           spend(from, target.addresses.length)
-          liveGroupTyping.delete(key)
         }
         const data = { from, to: target.recipient }
         await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
+        return isGroupId(target.recipient) ? key : undefined
       })
+      if (stopped !== undefined) liveGroupTyping.delete(stopped)
     }
   }
 }
