@@ -79,47 +79,53 @@ export function createTyping (db: Db, now: () => number): Typing {
     const wait = feeds === 0 ? 0 : budget.take(from, feeds)
     if (wait > 0) throw new RateLimited(RATE_LIMIT_MESSAGE, wait)
   }
+  /**
+   * What a start and a stop both begin with, in their transaction: who the indicator goes to
+   * (undefined: no one, the caller unknown to the user), its expiry, the coalescing key, the
+   * database clock now, and whether it goes to a group. A user's one feed is spent whether it
+   * knows the caller or not: a refusal must not tell.
+   */
+  const begin = async (tx: Db, from: string, to: string) => {
+    const target = await resolveRecipients(tx, from, to)
+    const group = isGroupId(target.recipient)
+    if (!group) spend(from, 1)
+    if (!await reaches(tx, from, target)) return undefined
+    const expiresAt = await createEventsRepository(tx).expiryAfter(TYPING_TTL_MS)
+    const at = expiresAt.getTime() - TYPING_TTL_MS
+    if (group) sweep(liveGroupTyping, at)
+    return { target, group, expiresAt, at, key: `${from}|${target.recipient}` }
+  }
+  // The map changes once the transaction has committed: run again after a deadlock, it finds
+  // what it found the first time, and a rollback leaves no start it did not send.
   return {
     async start (from, to) {
-      // The map changes once the transaction has committed: run again after a deadlock, it
-      // finds what it found the first time, and a rollback leaves no start it did not send.
       const started = await transaction(db, async (tx): Promise<{ key: string, expires: number } | undefined> => {
-        const target = await resolveRecipients(tx, from, to)
-        // A user's one feed is spent whether it knows the caller or not: a refusal must not tell.
-        if (!isGroupId(target.recipient)) spend(from, 1)
-        if (!await reaches(tx, from, target)) return
-        const feeds = createEventsRepository(tx)
-        const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
-        const key = `${from}|${target.recipient}`
-        if (isGroupId(target.recipient)) {
-          const at = expiresAt.getTime() - TYPING_TTL_MS
-          sweep(liveGroupTyping, at)
+        const typing = await begin(tx, from, to)
+        if (typing === undefined) return
+        const { target, group, expiresAt, at, key } = typing
+        if (group) {
           const live = liveGroupTyping.get(key)
           if (live !== undefined && live - at > TYPING_TTL_MS / 2) return
           spend(from, target.addresses.length)
         }
         const data = { from, to: target.recipient, expiresAt: expiresAt.toISOString() }
-        await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
-        return isGroupId(target.recipient) ? { key, expires: expiresAt.getTime() } : undefined
+        await createEventsRepository(tx).append(target.addresses.map((address) => ({ address, type: 'typing.started', data, expiresAt })))
+        return group ? { key, expires: expiresAt.getTime() } : undefined
       })
       if (started !== undefined) liveGroupTyping.set(started.key, started.expires)
     },
     async stop (from, to) {
       const stopped = await transaction(db, async (tx): Promise<string | undefined> => {
-        const target = await resolveRecipients(tx, from, to)
-        if (!isGroupId(target.recipient)) spend(from, 1)
-        if (!await reaches(tx, from, target)) return
-        const feeds = createEventsRepository(tx)
-        const expiresAt = await feeds.expiryAfter(TYPING_TTL_MS)
-        const key = `${from}|${target.recipient}`
-        if (isGroupId(target.recipient)) {
-          sweep(liveGroupTyping, expiresAt.getTime() - TYPING_TTL_MS)
+        const typing = await begin(tx, from, to)
+        if (typing === undefined) return
+        const { target, group, expiresAt, key } = typing
+        if (group) {
           if (!liveGroupTyping.has(key)) return
           spend(from, target.addresses.length)
         }
         const data = { from, to: target.recipient }
-        await feeds.append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
-        return isGroupId(target.recipient) ? key : undefined
+        await createEventsRepository(tx).append(target.addresses.map((address) => ({ address, type: 'typing.stopped', data, expiresAt })))
+        return group ? key : undefined
       })
       if (stopped !== undefined) liveGroupTyping.delete(stopped)
     }
