@@ -112,7 +112,8 @@ export function gateParts (busboy: NodeJS.WritableStream, gate: PartsGate): void
   const writable = busboy as Writable
   writable.once('partsLimit', () => gate.close())
   const parse = writable._write.bind(writable)
-  let closed = false
+  /** Whether busboy has been given the closing delimiter (gate.closed: whether it is due). */
+  let closingGiven = false
   writable._write = (chunk: Buffer, encoding: BufferEncoding, done: (err?: Error | null) => void) => {
     const pieces = gate.pieces(chunk)
     let next = 0
@@ -120,8 +121,8 @@ export function gateParts (busboy: NodeJS.WritableStream, gate: PartsGate): void
       if (err != null) {
         done(err)
       } else if (gate.closed) {
-        if (closed) return done()
-        closed = true
+        if (closingGiven) return done()
+        closingGiven = true
         parse(gate.closing, encoding, done)
       } else if (next === pieces.length) {
         done()
