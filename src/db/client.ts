@@ -33,6 +33,11 @@ export interface Database {
    * notifications sent meanwhile are gone. Resolves with a function that stops listening.
    */
   listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<() => Promise<void>>
+  /**
+   * PostgreSQL only: this Database's own listening sessions, so that a process alone on its
+   * database can hand its notifications to its own listeners instead of to PostgreSQL.
+   */
+  readonly listening?: OwnListening
   /** Connections: open, idle, and requests waiting for one (pg's pool; PGlite is one connection). */
   stats(): { total: number, idle: number, waiting: number }
   /** Resolves when the database answers a trivial query. */
@@ -44,6 +49,28 @@ export interface Database {
   readonly namedStatements: boolean
   onStatementsLost(listener: (err: unknown) => void): void
   close(): Promise<void>
+}
+
+/**
+ * The `application_name` of a pool's connections: sessions that never LISTEN, which a check for
+ * other listeners may leave out (announcements.repository.ts). A listening session is named
+ * LISTENER_APPLICATION_NAME. Both give way to an `application_name` in the URL.
+ */
+export const POOL_APPLICATION_NAME = 'parley'
+const LISTENER_APPLICATION_NAME = 'parley listener'
+
+/** A Database's own listening sessions (PostgreSQL). */
+export interface OwnListening {
+  /** The backend pids of the sessions that listen now. */
+  pids(): number[]
+  /** Hands `payload` to this Database's listeners on `channel`, as a NOTIFY of it would. */
+  deliver(channel: string, payload: string): void
+  /**
+   * Calls `fn` whenever a listening session joins this database, its own or another
+   * process's: each says so with an empty NOTIFY on its channel once it listens, which
+   * `listen`'s callers never hear.
+   */
+  onJoined(fn: () => void): void
 }
 
 interface LockedSession {
@@ -112,6 +139,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
   }
   const pool = new pg.Pool({
     connectionString: url,
+    application_name: POOL_APPLICATION_NAME,
     max: poolSize,
     // Fail fast when PostgreSQL is away rather than queueing requests forever.
     connectionTimeoutMillis: 5_000,
@@ -131,6 +159,10 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
   const db: Db = drizzlePg({ client: pool, schema })
   // Listening connections are the pool's peers, not its members; close() must end them.
   const listeners = new Set<() => Promise<void>>()
+  // Who listens, by channel, and on which sessions; who hears that a listener joined.
+  const hearers = new Map<string, Set<(payload: string) => void>>()
+  const listeningPids = new Set<number>()
+  const joinedHearers = new Set<() => void>()
   return {
     db,
     driver: 'pg',
@@ -168,14 +200,19 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
     },
     async listen (channel, onNotify, onReconnect) {
       let client: pg.Client | undefined
+      // Its backend's pid, for OwnListening.pids.
+      let pid = 0
       let stopped = false
       let retry: NodeJS.Timeout | undefined
       let beating = false
+      const channelHearers = hearers.get(channel) ?? new Set()
+      hearers.set(channel, channelHearers)
       // Drops a connection for good (its socket too: ending a half-open one would wait on a
       // goodbye that never leaves) and, unless stopping, connects anew.
       const drop = (c: pg.Client): void => {
         if (client !== c) return
         client = undefined
+        listeningPids.delete(pid)
         c.connection.stream.destroy()
         c.end().catch(() => {})
         if (!stopped) retry = setTimeout(() => { void connect(1) }, 200).unref()
@@ -184,12 +221,22 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         // Its own connection, outside the pool: held for good, with its own keepalive.
         // LISTEN is session state: through a transaction pooler it would be registered on a
         // server connection that is then lent to others, and notifications would go nowhere.
-        const c = new pg.Client({ connectionString: directUrl, connectionTimeoutMillis: 5_000, keepAlive: true })
+        const c = new pg.Client({ connectionString: directUrl, application_name: LISTENER_APPLICATION_NAME, connectionTimeoutMillis: 5_000, keepAlive: true })
         c.on('error', () => drop(c))
-        c.on('notification', (msg) => { if (msg.channel === channel) onNotify(msg.payload ?? '') })
+        c.on('notification', (msg) => {
+          if (msg.channel !== channel) return
+          const payload = msg.payload ?? ''
+          // A listener joined (see OwnListening.onJoined): nothing for the callers.
+          if (payload === '') for (const joined of joinedHearers) joined()
+          else onNotify(payload)
+        })
+        let backend = 0
         try {
           await c.connect()
           await c.query(`LISTEN ${channel}`)
+          backend = (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid
+          // Other processes that were alone on the database announce from here on.
+          await c.query(`NOTIFY ${channel}`)
         } catch (err) {
           c.connection.stream.destroy()
           c.end().catch(() => {})
@@ -202,6 +249,8 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
           return
         }
         client = c
+        pid = backend
+        listeningPids.add(pid)
         // Notifications sent while no connection listened are gone: let waiters look again.
         if (attempt > 0) onReconnect?.()
       }
@@ -221,18 +270,28 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
           })
       }, heartbeatMs).unref()
       await connect(0)
+      channelHearers.add(onNotify)
       const stop = async () => {
         listeners.delete(stop)
+        channelHearers.delete(onNotify)
         stopped = true
         clearTimeout(retry)
         clearInterval(heartbeat)
         const c = client
         client = undefined
+        listeningPids.delete(pid)
         // Ending the connection ends its LISTEN; a connection gone quiet is cut after a while.
         if (c !== undefined) await endWithin(c, heartbeatMs)
       }
       listeners.add(stop)
       return stop
+    },
+    listening: {
+      pids: () => [...listeningPids],
+      deliver (channel, payload) {
+        for (const hear of [...hearers.get(channel) ?? []]) hear(payload)
+      },
+      onJoined (fn) { joinedHearers.add(fn) }
     },
     stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     async ping () {

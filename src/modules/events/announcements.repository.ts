@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm'
-import type { Db } from '../../db/client.js'
-import { queryPrepared } from '../../db/rows.js'
+import { POOL_APPLICATION_NAME, type Database, type Db, type OwnListening } from '../../db/client.js'
+import { queryPrepared, queryRows } from '../../db/rows.js'
 import { afterCommit } from '../../db/transaction.js'
 
 /** The channel a NOTIFY names the feeds that grew on (event-bus.ts listens). */
@@ -39,6 +39,46 @@ interface Announcer {
   /** The announcements under way, until none is left to make. */
   running: Promise<void> | undefined
   onError: (err: unknown, addresses: number) => void
+  /** The process's own listeners (a server's), whom it may tell itself while it is alone. */
+  own?: Alone
+}
+
+/**
+ * How long a finding that no other session could hear an announcement is trusted, from when
+ * its look began; a look is taken again once the last is half this old, while announcements
+ * go out. Past it, announcements go to PostgreSQL until a new look says otherwise.
+ */
+const ALONE_TRUSTED_MS = 1_000
+/**
+ * When a process starts listening (or listens again), its waiters read their feeds once more
+ * after this (event-bus.ts): an instance that was alone may have told only itself of growth
+ * until its next look, or until it heard the newcomer's empty NOTIFY, which comes sooner.
+ */
+export const NEWCOMER_RECHECK_MS = 2 * ALONE_TRUSTED_MS
+
+/**
+ * Whether this process is alone on its database: one server, the usual deployment, whose every
+ * announcement reached only its own listener. Each was a transaction and a notification read
+ * back, and at 50 connections they cost a JSON send 13 % of its CPU, Node and PostgreSQL
+ * together (BENCHMARKS.md, 2026-11-29). Alone, the process hands an announcement to its own
+ * listeners directly.
+ *
+ * "Alone" is PostgreSQL's word: no client session on the database but the pool's (named
+ * POOL_APPLICATION_NAME, which never listen) and this process's listeners. Any other session
+ * counts as a possible listener, whatever it is (another instance, one of an older version, a
+ * psql), so that a doubt costs only a NOTIFY. A session whose details PostgreSQL hides from
+ * this role counts too.
+ */
+interface Alone {
+  listening: OwnListening
+  /** Counts each announcement by how it went: 'notify' or 'own'. */
+  counted: (via: 'notify' | 'own') => void
+  alone: boolean
+  /** When the look that found `alone` began (performance.now()); -Infinity before the first. */
+  lookedAt: number
+  looking: boolean
+  /** When a listener last said it joined: a look begun before it is out of date. */
+  joinedAt: number
 }
 
 const announcers = new WeakMap<Db, Announcer>()
@@ -55,9 +95,14 @@ function announcement (payloads: string[]) {
     (SELECT count(pg_notify(${EVENTS_CHANNEL}, p)) FROM unnest(${sql.param(payloads)}::text[]) AS p) AS notified`
 }
 
-async function announce (root: Db, addresses: string[]): Promise<void> {
+function payloadsOf (addresses: string[]): string[] {
   const payloads: string[] = []
   for (let i = 0; i < addresses.length; i += ADDRESSES_PER_NOTIFY) payloads.push(addresses.slice(i, i + ADDRESSES_PER_NOTIFY).join(','))
+  return payloads
+}
+
+async function announce (root: Db, addresses: string[]): Promise<void> {
+  const payloads = payloadsOf(addresses)
   let timer: NodeJS.Timeout | undefined
   const timedOut = new Promise<never>((_resolve, reject) => {
     timer = setTimeout(() => reject(new Error(`no answer to an announcement within ${ANNOUNCE_TIMEOUT_MS} ms`)), ANNOUNCE_TIMEOUT_MS)
@@ -71,6 +116,35 @@ async function announce (root: Db, addresses: string[]): Promise<void> {
   }
 }
 
+/** Looks whether any session but the pool's and this process's listeners is on the database. */
+async function look (root: Db, own: Alone): Promise<void> {
+  if (own.looking) return
+  own.looking = true
+  const began = performance.now()
+  try {
+    const [row] = await queryRows<{ alone: boolean }>(root, sql`SELECT NOT EXISTS (
+      SELECT 1 FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL(${sql.param(own.listening.pids())}::int[])
+        AND coalesce(backend_type, 'client backend') = 'client backend'
+        AND application_name IS DISTINCT FROM ${POOL_APPLICATION_NAME}) AS alone`)
+    if (own.joinedAt < began) {
+      own.alone = row?.alone === true
+      own.lookedAt = began
+    }
+  } catch {
+    own.alone = false
+  } finally {
+    own.looking = false
+  }
+}
+
+/** Whether an announcement made now may go to this process's own listeners alone. */
+function aloneNow (root: Db, own: Alone): boolean {
+  const age = performance.now() - own.lookedAt
+  if (age > ALONE_TRUSTED_MS / 2) void look(root, own)
+  return own.alone && age < ALONE_TRUSTED_MS
+}
+
 /** Makes announcements, one at a time, while feeds wait to be announced; then frees the way. */
 function schedule (root: Db, announcer: Announcer): void {
   if (announcer.running !== undefined) return
@@ -78,8 +152,15 @@ function schedule (root: Db, announcer: Announcer): void {
     while (announcer.pending.size > 0) {
       const addresses = [...announcer.pending].sort()
       announcer.pending.clear()
+      const own = announcer.own
+      if (own !== undefined && aloneNow(root, own)) {
+        for (const payload of payloadsOf(addresses)) own.listening.deliver(EVENTS_CHANNEL, payload)
+        own.counted('own')
+        continue
+      }
       try {
         await announce(root, addresses)
+        own?.counted('notify')
       } catch (err) {
         try { announcer.onError(err, addresses.length) } catch {}
       }
@@ -118,6 +199,22 @@ export async function settleAnnouncements (root: Db): Promise<void> {
     await Promise.race([running, new Promise((resolve) => { timer = setTimeout(resolve, left) })])
     clearTimeout(timer)
   }
+}
+
+/**
+ * Lets the announcements of `database` go straight to its own listeners while no other
+ * session could hear them (Alone); the event bus calls it once it listens. Without it, every
+ * announcement is a NOTIFY (a command's process, the embedded database).
+ */
+export function announceToOwnListeners (database: Database, counted: Alone['counted']): void {
+  const listening = database.listening
+  if (listening === undefined) return
+  const own: Alone = { listening, counted, alone: false, lookedAt: -Infinity, looking: false, joinedAt: -Infinity }
+  listening.onJoined(() => {
+    own.alone = false
+    own.joinedAt = performance.now()
+  })
+  announcerOf(database.db).own = own
 }
 
 /** Whom to tell when an announcement on `root` fails (the event bus logs it). */

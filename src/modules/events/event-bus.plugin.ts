@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import type { Database } from '../../db/client.js'
 import { loggableError } from '../../db/errors.js'
 import { createEventBus, type EventBus } from './event-bus.js'
-import { onAnnounceError } from './announcements.repository.js'
+import { announceToOwnListeners, onAnnounceError } from './announcements.repository.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -26,10 +26,13 @@ export interface EventBusPluginOptions {
 export const eventBusPlugin = fp(async (app: FastifyInstance, opts: EventBusPluginOptions) => {
   const bus = createEventBus(opts.database)
   await bus.start()
+  const announced = app.metrics.counter('parley_announcements_total',
+    'Announcements of grown feeds this instance made: a NOTIFY (via="notify"), or handed to its own listeners while no other session could hear one (via="own")')
+  announceToOwnListeners(opts.database, (via) => announced({ via }))
   onAnnounceError(opts.database.db, (err, feeds) => {
     // Shutting down, the database may close before a last announcement: nobody waits by then.
     if (!bus.closing) app.log.warn({ err: loggableError(err), feeds }, 'telling listeners of grown feeds failed: their waiters read them again within 30 s')
   })
   app.decorate('eventBus', bus)
   app.addHook('preClose', async () => { await bus.stop() })
-}, { name: 'event-bus', dependencies: ['shutdown'] })
+}, { name: 'event-bus', dependencies: ['shutdown', 'metrics'] })

@@ -1,5 +1,5 @@
 import type { Database } from '../../db/client.js'
-import { EVENTS_CHANNEL } from './announcements.repository.js'
+import { EVENTS_CHANNEL, NEWCOMER_RECHECK_MS } from './announcements.repository.js'
 
 export interface Subscription {
   /**
@@ -24,6 +24,7 @@ export function createEventBus (database: Database) {
   const watchers = new Set<(addresses: string[]) => void>()
   let stopListening: (() => Promise<void>) | undefined
   let closing = false
+  let recheck: NodeJS.Timeout | undefined
 
   function wake (address: string): void {
     const set = waiting.get(address)
@@ -36,6 +37,21 @@ export function createEventBus (database: Database) {
     for (const address of [...waiting.keys()]) wake(address)
   }
 
+  /** Every waiter and watcher reads again: anything may have grown. */
+  function lookAgain (): void {
+    wakeAll()
+    for (const watch of watchers) watch([])
+  }
+
+  /**
+   * Once more after NEWCOMER_RECHECK_MS: another instance that was alone on the database may
+   * have told only itself of what grew meanwhile (announcements.repository.ts).
+   */
+  function recheckLater (): void {
+    clearTimeout(recheck)
+    recheck = setTimeout(lookAgain, NEWCOMER_RECHECK_MS).unref()
+  }
+
   return {
     async start (): Promise<void> {
       // Notifications sent while the connection was down are lost: let every waiter re-read.
@@ -44,9 +60,10 @@ export function createEventBus (database: Database) {
         for (const address of addresses) wake(address)
         for (const watch of watchers) watch(addresses)
       }, () => {
-        wakeAll()
-        for (const watch of watchers) watch([])
+        lookAgain()
+        recheckLater()
       })
+      recheckLater()
     },
 
     /**
@@ -55,6 +72,7 @@ export function createEventBus (database: Database) {
      */
     async stop (): Promise<void> {
       closing = true
+      clearTimeout(recheck)
       wakeAll()
       const stop = stopListening
       stopListening = undefined

@@ -1,0 +1,93 @@
+import pg from 'pg'
+import t from 'tap'
+import type { FastifyInstance } from 'fastify'
+import { build, type Caller } from '../../helper.js'
+import { usingPostgres } from '../../support/databases.js'
+import { scrape } from '../../support/metrics.js'
+import { until } from '../../support/until.js'
+
+// A process alone on its database hands its announcements to its own listeners instead of
+// NOTIFYing them (announcements.repository.ts, Alone); any other session that could listen
+// makes it NOTIFY again. The embedded database always NOTIFYs.
+const onlyPostgres = usingPostgres() ? false : 'the embedded database always announces with NOTIFY'
+const FAST = { RATE_LIMIT_PER_SECOND: '100000' }
+
+async function announced (app: FastifyInstance): Promise<{ own: number, notify: number }> {
+  const read = await scrape(app)
+  return { own: read('parley_announcements_total{via="own"}') ?? 0, notify: read('parley_announcements_total{via="notify"}') ?? 0 }
+}
+
+/** Sends from `from` to `to` until `app` has handed an announcement to its own listeners. */
+async function untilAlone (app: FastifyInstance, from: Caller, to: string): Promise<void> {
+  const before = (await announced(app)).own
+  await until(async () => {
+    const res = await from.post('/v2/message', { recipient: to, body: 'warming' })
+    if (res.statusCode !== 200) throw new Error(res.body)
+    return (await announced(app)).own > before
+  }, { intervalMs: 50, message: 'the app never found itself alone' })
+}
+
+t.test('alone on its database, a server tells its own listeners: a long-poll wakes with no NOTIFY', { skip: onlyPostgres }, async (t) => {
+  const { app, as } = await build(t, { env: FAST })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await untilAlone(app, alice, 'bob')
+  const read = (await bob.get('/v2/events?wait=0')).json() as { last: string }
+
+  const poll = bob.get(`/v2/events?after=${read.last}&wait=20`)
+  await until(async () => (await scrape(app))('parley_long_polls_open') === 1, { message: 'the long-poll never waited' })
+  const before = await announced(app)
+  const sentAt = performance.now()
+  t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'by hand' })).statusCode, 200)
+  const res = await poll
+  const lag = performance.now() - sentAt
+  t.match(res.json(), { events: [{ type: 'message.received', data: { message: { body: 'by hand' } } }] })
+  t.ok(lag < 1_000, `woken ${lag.toFixed(0)} ms after the send`)
+  const after = await announced(app)
+  t.ok(after.own > before.own, `the send's announcement went to the app's own listener (${before.own} → ${after.own})`)
+})
+
+t.test('a second instance says it listens: the first announces with NOTIFY from then on, and its waiters wake', { skip: onlyPostgres }, async (t) => {
+  const { app, as, secondInstance } = await build(t, { env: FAST })
+  const alice = await as('alice')
+  const bob = await as('bob')
+  await untilAlone(app, alice, 'bob')
+
+  const other = await secondInstance()
+  // No wait for a look: the newcomer's empty NOTIFY ends the first's being alone at once.
+  const before = await announced(app)
+  const read = (await other.inject({ method: 'GET', url: '/v2/events?wait=0', headers: { authorization: bob.authorization } })).json() as { last: string }
+  const poll = other.inject({ method: 'GET', url: `/v2/events?after=${read.last}&wait=20`, headers: { authorization: bob.authorization } })
+  await until(async () => (await scrape(other))('parley_long_polls_open') === 1, { message: 'the long-poll never waited' })
+  const sentAt = performance.now()
+  t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'across' })).statusCode, 200)
+  const res = await poll
+  const lag = performance.now() - sentAt
+  t.match(res.json(), { events: [{ type: 'message.received', data: { message: { body: 'across' } } }] })
+  t.ok(lag < 1_000, `woken on the other instance ${lag.toFixed(0)} ms after the send`)
+  const after = await announced(app)
+  t.ok(after.notify > before.notify, `the first instance NOTIFYs again (${before.notify} → ${after.notify})`)
+  t.equal(after.own, before.own, 'and no longer tells only itself')
+})
+
+t.test('a session that listens without saying so (psql, an older instance) hears announcements within a look', { skip: onlyPostgres }, async (t) => {
+  const { app, as, url } = await build(t, { env: FAST })
+  const alice = await as('alice')
+  await as('bob')
+  await untilAlone(app, alice, 'bob')
+
+  const stranger = new pg.Client({ connectionString: url })
+  await stranger.connect()
+  t.teardown(() => stranger.end())
+  const heard: string[] = []
+  stranger.on('notification', (msg) => { heard.push(...(msg.payload ?? '').split(',')) })
+  await stranger.query('LISTEN parley_events')
+  const listening = performance.now()
+  // Sends go on; within a look (1 s, and the one under way) the stranger hears of bob's feed.
+  await until(async () => {
+    t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'hello?' })).statusCode, 200)
+    return heard.includes('bob')
+  }, { intervalMs: 50, message: 'the stranger never heard an announcement' })
+  const waited = performance.now() - listening
+  t.ok(waited < 3_000, `heard ${waited.toFixed(0)} ms after it began to listen`)
+})
