@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { PGlite, types } from '@electric-sql/pglite'
@@ -52,25 +53,31 @@ export interface Database {
 }
 
 /**
- * The `application_name` of a pool's connections: sessions that never LISTEN, which a check for
- * other listeners may leave out (announcements.repository.ts). A listening session is named
- * LISTENER_APPLICATION_NAME. Both give way to an `application_name` in the URL.
+ * The `application_name` of a pool's connections, which never LISTEN: a look for other
+ * listeners leaves them out (announcements.repository.ts). A name unlikely to be chosen for
+ * anything else, since a session that listened under it would go unseen. An `application_name`
+ * in the URL takes its place (pg prefers the URL's), and the pool is then counted as sessions
+ * that may listen.
  */
-export const POOL_APPLICATION_NAME = 'parley'
-const LISTENER_APPLICATION_NAME = 'parley listener'
+export const POOL_APPLICATION_NAME = 'parley pool (never listens)'
 
 /** A Database's own listening sessions (PostgreSQL). */
 export interface OwnListening {
-  /** The backend pids of the sessions that listen now. */
-  pids(): number[]
+  /**
+   * The `application_name` its listening sessions set once connected (`SET`, so a name in
+   * the URL does not hide them), the same for all of them and for no other Database's: a
+   * session of that name is this Database's own, whatever its pid (a pid a restarted server
+   * handed to someone else's session is not mistaken for one).
+   */
+  readonly name: string
   /** Hands `payload` to this Database's listeners on `channel`, as a NOTIFY of it would. */
   deliver(channel: string, payload: string): void
   /**
-   * Calls `fn` whenever a listening session joins this database, its own or another
+   * Calls `fn` whenever a listening session joins the database, this Database's or another
    * process's: each says so with an empty NOTIFY on its channel once it listens, which
-   * `listen`'s callers never hear.
+   * `listen`'s callers never hear. Returns the way to stop.
    */
-  onJoined(fn: () => void): void
+  onJoined(fn: () => void): () => void
 }
 
 interface LockedSession {
@@ -161,7 +168,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
   const listeners = new Set<() => Promise<void>>()
   // Who listens, by channel, and on which sessions; who hears that a listener joined.
   const hearers = new Map<string, Set<(payload: string) => void>>()
-  const listeningPids = new Set<number>()
+  const listenerName = `parley listener ${randomBytes(6).toString('hex')}`
   const joinedHearers = new Set<() => void>()
   return {
     db,
@@ -200,19 +207,14 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
     },
     async listen (channel, onNotify, onReconnect) {
       let client: pg.Client | undefined
-      // Its backend's pid, for OwnListening.pids.
-      let pid = 0
       let stopped = false
       let retry: NodeJS.Timeout | undefined
       let beating = false
-      const channelHearers = hearers.get(channel) ?? new Set()
-      hearers.set(channel, channelHearers)
       // Drops a connection for good (its socket too: ending a half-open one would wait on a
       // goodbye that never leaves) and, unless stopping, connects anew.
       const drop = (c: pg.Client): void => {
         if (client !== c) return
         client = undefined
-        listeningPids.delete(pid)
         c.connection.stream.destroy()
         c.end().catch(() => {})
         if (!stopped) retry = setTimeout(() => { void connect(1) }, 200).unref()
@@ -221,7 +223,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         // Its own connection, outside the pool: held for good, with its own keepalive.
         // LISTEN is session state: through a transaction pooler it would be registered on a
         // server connection that is then lent to others, and notifications would go nowhere.
-        const c = new pg.Client({ connectionString: directUrl, application_name: LISTENER_APPLICATION_NAME, connectionTimeoutMillis: 5_000, keepAlive: true })
+        const c = new pg.Client({ connectionString: directUrl, connectionTimeoutMillis: 5_000, keepAlive: true })
         c.on('error', () => drop(c))
         c.on('notification', (msg) => {
           if (msg.channel !== channel) return
@@ -230,12 +232,12 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
           if (payload === '') for (const joined of joinedHearers) joined()
           else onNotify(payload)
         })
-        let backend = 0
         try {
           await c.connect()
+          await c.query(`SET application_name = '${listenerName}'`)
           await c.query(`LISTEN ${channel}`)
-          backend = (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid
-          // Other processes that were alone on the database announce from here on.
+          // An instance alone on the database that hears this NOTIFYs from then on; one that
+          // does not (its listener is down) finds this session at its next look.
           await c.query(`NOTIFY ${channel}`)
         } catch (err) {
           c.connection.stream.destroy()
@@ -249,8 +251,6 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
           return
         }
         client = c
-        pid = backend
-        listeningPids.add(pid)
         // Notifications sent while no connection listened are gone: let waiters look again.
         if (attempt > 0) onReconnect?.()
       }
@@ -270,7 +270,8 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
           })
       }, heartbeatMs).unref()
       await connect(0)
-      channelHearers.add(onNotify)
+      const channelHearers = hearers.get(channel) ?? new Set()
+      hearers.set(channel, channelHearers.add(onNotify))
       const stop = async () => {
         listeners.delete(stop)
         channelHearers.delete(onNotify)
@@ -279,7 +280,6 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         clearInterval(heartbeat)
         const c = client
         client = undefined
-        listeningPids.delete(pid)
         // Ending the connection ends its LISTEN; a connection gone quiet is cut after a while.
         if (c !== undefined) await endWithin(c, heartbeatMs)
       }
@@ -287,11 +287,19 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
       return stop
     },
     listening: {
-      pids: () => [...listeningPids],
+      name: listenerName,
       deliver (channel, payload) {
-        for (const hear of [...hearers.get(channel) ?? []]) hear(payload)
+        // Every listener hears it, whatever one of them throws; the first error is the caller's.
+        let failure: { err: unknown } | undefined
+        for (const hear of [...hearers.get(channel) ?? []]) {
+          try { hear(payload) } catch (err) { failure ??= { err } }
+        }
+        if (failure !== undefined) throw failure.err
       },
-      onJoined (fn) { joinedHearers.add(fn) }
+      onJoined (fn) {
+        joinedHearers.add(fn)
+        return () => { joinedHearers.delete(fn) }
+      }
     },
     stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     async ping () {

@@ -44,15 +44,16 @@ interface Announcer {
 }
 
 /**
- * How long a finding that no other session could hear an announcement is trusted, from when
- * its look began; a look is taken again once the last is half this old, while announcements
- * go out. Past it, announcements go to PostgreSQL until a new look says otherwise.
+ * How long a look that found the process alone is trusted, from when it began. While
+ * announcements go out, a new look starts once the last one is half this old; past it with no
+ * newer finding, announcements are NOTIFYs.
  */
 const ALONE_TRUSTED_MS = 1_000
 /**
  * When a process starts listening (or listens again), its waiters read their feeds once more
  * after this (event-bus.ts): an instance that was alone may have told only itself of growth
- * until its next look, or until it heard the newcomer's empty NOTIFY, which comes sooner.
+ * until it heard the newcomer's empty NOTIFY or, if it did not hear it, until its last look's
+ * trust ran out (ALONE_TRUSTED_MS after that look began).
  */
 export const NEWCOMER_RECHECK_MS = 2 * ALONE_TRUSTED_MS
 
@@ -63,11 +64,17 @@ export const NEWCOMER_RECHECK_MS = 2 * ALONE_TRUSTED_MS
  * together (BENCHMARKS.md, 2026-11-29). Alone, the process hands an announcement to its own
  * listeners directly.
  *
- * "Alone" is PostgreSQL's word: no client session on the database but the pool's (named
- * POOL_APPLICATION_NAME, which never listen) and this process's listeners. Any other session
- * counts as a possible listener, whatever it is (another instance, one of an older version, a
- * psql), so that a doubt costs only a NOTIFY. A session whose details PostgreSQL hides from
- * this role counts too.
+ * "Alone" is what pg_stat_activity shows: no client session on the database but pool
+ * connections (named POOL_APPLICATION_NAME, which never listen) and this process's listeners
+ * (named OwnListening.name). Any other session counts as one that may listen, whatever it is
+ * (another instance, one of an older version, a psql), so that a doubt costs only a NOTIFY.
+ * PostgreSQL hides another role's backend_type, not its application_name: such a session
+ * counts unless it is named as a pool is.
+ *
+ * What a listener that does not say it joined (an older version, a psql) misses: what an
+ * instance alone told only itself from that listener's LISTEN until the instance's last look
+ * stops being trusted, a second at most; its waiters that read in that window wait for their
+ * next re-read (30 s at most).
  */
 interface Alone {
   listening: OwnListening
@@ -124,16 +131,17 @@ async function look (root: Db, own: Alone): Promise<void> {
   try {
     const [row] = await queryRows<{ alone: boolean }>(root, sql`SELECT NOT EXISTS (
       SELECT 1 FROM pg_stat_activity
-      WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL(${sql.param(own.listening.pids())}::int[])
+      WHERE datname = current_database() AND pid <> pg_backend_pid()
         AND coalesce(backend_type, 'client backend') = 'client backend'
-        AND application_name IS DISTINCT FROM ${POOL_APPLICATION_NAME}) AS alone`)
-    if (own.joinedAt < began) {
-      own.alone = row?.alone === true
-      own.lookedAt = began
-    }
+        AND application_name IS DISTINCT FROM ${POOL_APPLICATION_NAME}
+        AND application_name IS DISTINCT FROM ${own.listening.name}) AS alone`)
+    // A listener that said it joined while this look ran may not be in what it read.
+    if (own.joinedAt < began) own.alone = row?.alone === true
   } catch {
+    // Not known: NOTIFY, and look again no sooner than after a look that answered.
     own.alone = false
   } finally {
+    own.lookedAt = began
     own.looking = false
   }
 }
@@ -154,7 +162,11 @@ function schedule (root: Db, announcer: Announcer): void {
       announcer.pending.clear()
       const own = announcer.own
       if (own !== undefined && aloneNow(root, own)) {
-        for (const payload of payloadsOf(addresses)) own.listening.deliver(EVENTS_CHANNEL, payload)
+        try {
+          for (const payload of payloadsOf(addresses)) own.listening.deliver(EVENTS_CHANNEL, payload)
+        } catch (err) {
+          try { announcer.onError(err, addresses.length) } catch {}
+        }
         own.counted('own')
         continue
       }
@@ -206,15 +218,20 @@ export async function settleAnnouncements (root: Db): Promise<void> {
  * session could hear them (Alone); the event bus calls it once it listens. Without it, every
  * announcement is a NOTIFY (a command's process, the embedded database).
  */
-export function announceToOwnListeners (database: Database, counted: Alone['counted']): void {
+export function announceToOwnListeners (database: Database, counted: Alone['counted']): () => void {
   const listening = database.listening
-  if (listening === undefined) return
+  if (listening === undefined) return () => {}
   const own: Alone = { listening, counted, alone: false, lookedAt: -Infinity, looking: false, joinedAt: -Infinity }
-  listening.onJoined(() => {
+  const stopHearing = listening.onJoined(() => {
     own.alone = false
     own.joinedAt = performance.now()
   })
-  announcerOf(database.db).own = own
+  const announcer = announcerOf(database.db)
+  announcer.own = own
+  return () => {
+    stopHearing()
+    if (announcer.own === own) announcer.own = undefined
+  }
 }
 
 /** Whom to tell when an announcement on `root` fails (the event bus logs it). */

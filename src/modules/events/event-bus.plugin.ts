@@ -28,11 +28,14 @@ export const eventBusPlugin = fp(async (app: FastifyInstance, opts: EventBusPlug
   await bus.start()
   const announced = app.metrics.counter('parley_announcements_total',
     'Announcements of grown feeds this instance made: a NOTIFY (via="notify"), or handed to its own listeners while no other session could hear one (via="own")')
-  announceToOwnListeners(opts.database, (via) => announced({ via }))
+  const stopAnnouncingToOwn = announceToOwnListeners(opts.database, (via) => announced({ via }))
   onAnnounceError(opts.database.db, (err, feeds) => {
     // Shutting down, the database may close before a last announcement: nobody waits by then.
     if (!bus.closing) app.log.warn({ err: loggableError(err), feeds }, 'telling listeners of grown feeds failed: their waiters read them again within 30 s')
   })
   app.decorate('eventBus', bus)
-  app.addHook('preClose', async () => { await bus.stop() })
+  app.addHook('preClose', async () => {
+    stopAnnouncingToOwn()
+    await bus.stop()
+  })
 }, { name: 'event-bus', dependencies: ['shutdown', 'metrics'] })

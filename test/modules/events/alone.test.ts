@@ -1,6 +1,9 @@
 import pg from 'pg'
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
+import { connectPostgres, POOL_APPLICATION_NAME } from '../../../src/db/client.js'
+import { NEWCOMER_RECHECK_MS } from '../../../src/modules/events/announcements.repository.js'
+import { createEventBus } from '../../../src/modules/events/event-bus.js'
 import { build, type Caller } from '../../helper.js'
 import { usingPostgres } from '../../support/databases.js'
 import { scrape } from '../../support/metrics.js'
@@ -91,3 +94,51 @@ t.test('a session that listens without saying so (psql, an older instance) hears
   const waited = performance.now() - listening
   t.ok(waited < 3_000, `heard ${waited.toFixed(0)} ms after it began to listen`)
 })
+
+t.test('a second instance whose URL names its sessions as the pool is named is still heard', { skip: onlyPostgres }, async (t) => {
+  const { app, as, url } = await build(t, { env: FAST })
+  const alice = await as('alice', { dailyQuota: 1_000_000 })
+  await as('bob')
+  await untilAlone(app, alice, 'bob')
+
+  // Its pool is named as the first's is (pg prefers the URL's name); its listener names itself.
+  const named = new URL(url!)
+  named.searchParams.set('application_name', POOL_APPLICATION_NAME)
+  const database = await connectPostgres(named.toString(), 2)
+  t.teardown(() => database.close())
+  const bus = createEventBus(database)
+  await bus.start()
+  t.teardown(() => bus.stop())
+  const heard: string[] = []
+  bus.watchAll((addresses) => { heard.push(...addresses) })
+
+  // Long enough for looks after its empty NOTIFY (each trusted 1 s): each must still see it.
+  const joined = await announced(app)
+  const deadline = performance.now() + 1_500
+  let sends = 0
+  while (performance.now() < deadline) {
+    const res = await alice.post('/v2/message', { recipient: 'bob', body: 'still there?' })
+    if (res.statusCode !== 200) throw new Error(res.body)
+    sends++
+  }
+  heard.length = 0
+  t.equal((await alice.post('/v2/message', { recipient: 'bob', body: 'last' })).statusCode, 200)
+  await untilHeard(heard, 'bob')
+  t.equal((await announced(app)).own, joined.own, `the first instance told only itself none of ${sends + 1} sends since`)
+})
+
+t.test('a new listener\'s waiters read again once others may have told only themselves', async (t) => {
+  const { database } = await build(t)
+  const bus = createEventBus(database)
+  await bus.start()
+  t.teardown(() => bus.stop())
+  const started = performance.now()
+  const woken = await bus.subscribe('nobody-writes-here').wait(NEWCOMER_RECHECK_MS * 3)
+  const after = performance.now() - started
+  t.ok(woken, `woken with nothing written, ${after.toFixed(0)} ms after listening`)
+  t.ok(after >= NEWCOMER_RECHECK_MS * 0.9, `not before ${NEWCOMER_RECHECK_MS} ms`)
+})
+
+async function untilHeard (heard: string[], address: string): Promise<void> {
+  await until(() => heard.includes(address), { timeoutMs: 2_000, message: `${address} never heard by the second instance` })
+}
