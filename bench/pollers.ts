@@ -43,7 +43,7 @@ async function listeners (databaseUrl: string): Promise<number> {
   try {
     const name = new URL(databaseUrl).pathname.slice(1)
     const { rows } = await client.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'", [name])
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'parley listener %'", [name])
     return rows[0]!.n
   } finally {
     await client.end()
