@@ -89,7 +89,7 @@ export async function buildApp ({ config, database, logStream, now = Date.now, e
     db: database.db, graceMs: erasure.graceMs ?? erasureGraceMs(KEY_CACHE_MS, config.requestTimeoutSeconds), batch: erasure.batch, background: erasure.background
   })
   await app.register(reactionFanoutsPlugin, { db: database.db })
-  await app.register(eventBusPlugin, { database })
+  await app.register(eventBusPlugin, { database, now })
   // Waits on feeds (long-polls, event streams, the bot); long-polls and event streams count
   // against one per-key cap.
   const feed = createFeedWaiting({ bus: app.eventBus, keyWatch: app.keyWatch, maxPerKey: config.maxLongPollsPerKey })

@@ -234,7 +234,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         })
         try {
           await c.connect()
-          await c.query(`SET application_name = '${listenerName}'`)
+          await c.query("SELECT set_config('application_name', $1, false)", [listenerName])
           await c.query(`LISTEN ${channel}`)
           // An instance alone on the database that hears this NOTIFYs from then on; one that
           // does not (its listener is down) finds this session at its next look.

@@ -68,8 +68,9 @@ export const NEWCOMER_RECHECK_MS = 2 * ALONE_TRUSTED_MS
  * connections (named POOL_APPLICATION_NAME, which never listen) and this process's listeners
  * (named OwnListening.name). Any other session counts as one that may listen, whatever it is
  * (another instance, one of an older version, a psql), so that a doubt costs only a NOTIFY.
- * PostgreSQL hides another role's backend_type, not its application_name: such a session
- * counts unless it is named as a pool is.
+ * PostgreSQL hides another role's backend_type, not its application_name or its user: such a
+ * session counts unless it is named as a pool is. Background workers (autovacuum) have no user,
+ * and are left out by that.
  *
  * What a listener that does not say it joined (an older version, a psql) misses: what an
  * instance alone told only itself from that listener's LISTEN until the instance's last look
@@ -80,8 +81,10 @@ interface Alone {
   listening: OwnListening
   /** Counts each announcement by how it went: 'notify' or 'own'. */
   counted: (via: 'notify' | 'own') => void
+  /** The clock looks are timed by, in ms (the app's: tests hold it still). */
+  now: () => number
   alone: boolean
-  /** When the look that found `alone` began (performance.now()); -Infinity before the first. */
+  /** When the last look began (`now`); -Infinity before the first. */
   lookedAt: number
   looking: boolean
   /** When a listener last said it joined: a look begun before it is out of date. */
@@ -127,12 +130,12 @@ async function announce (root: Db, addresses: string[]): Promise<void> {
 async function look (root: Db, own: Alone): Promise<void> {
   if (own.looking) return
   own.looking = true
-  const began = performance.now()
+  const began = own.now()
   try {
     const [row] = await queryRows<{ alone: boolean }>(root, sql`SELECT NOT EXISTS (
       SELECT 1 FROM pg_stat_activity
       WHERE datname = current_database() AND pid <> pg_backend_pid()
-        AND coalesce(backend_type, 'client backend') = 'client backend'
+        AND usesysid IS NOT NULL AND coalesce(backend_type, 'client backend') = 'client backend'
         AND application_name IS DISTINCT FROM ${POOL_APPLICATION_NAME}
         AND application_name IS DISTINCT FROM ${own.listening.name}) AS alone`)
     // A listener that said it joined while this look ran may not be in what it read.
@@ -148,9 +151,16 @@ async function look (root: Db, own: Alone): Promise<void> {
 
 /** Whether an announcement made now may go to this process's own listeners alone. */
 function aloneNow (root: Db, own: Alone): boolean {
-  const age = performance.now() - own.lookedAt
-  if (age > ALONE_TRUSTED_MS / 2) void look(root, own)
-  return own.alone && age < ALONE_TRUSTED_MS
+  const age = own.now() - own.lookedAt
+  // A clock set back (a test's) makes the last look as stale as one too old.
+  const fresh = age >= 0 && age < ALONE_TRUSTED_MS
+  if (!fresh || age > ALONE_TRUSTED_MS / 2) void look(root, own)
+  return own.alone && fresh
+}
+
+/** Counts an announcement made; a counter that throws must not stop the announcements. */
+function count (own: Alone, via: 'notify' | 'own'): void {
+  try { own.counted(via) } catch {}
 }
 
 /** Makes announcements, one at a time, while feeds wait to be announced; then frees the way. */
@@ -162,20 +172,27 @@ function schedule (root: Db, announcer: Announcer): void {
       announcer.pending.clear()
       const own = announcer.own
       if (own !== undefined && aloneNow(root, own)) {
-        try {
-          for (const payload of payloadsOf(addresses)) own.listening.deliver(EVENTS_CHANNEL, payload)
-        } catch (err) {
-          try { announcer.onError(err, addresses.length) } catch {}
+        // Each payload on its own: one that fails to be heard costs its addresses, not the rest's.
+        let failed = 0
+        for (const payload of payloadsOf(addresses)) {
+          try {
+            own.listening.deliver(EVENTS_CHANNEL, payload)
+          } catch (err) {
+            failed++
+            try { announcer.onError(err, payload.split(',').length) } catch {}
+          }
         }
-        own.counted('own')
+        if (failed === 0) count(own, 'own')
         continue
       }
+      let made = false
       try {
         await announce(root, addresses)
-        own?.counted('notify')
+        made = true
       } catch (err) {
         try { announcer.onError(err, addresses.length) } catch {}
       }
+      if (made && own !== undefined) count(own, 'notify')
     }
   }).finally(() => {
     announcer.running = undefined
@@ -218,13 +235,13 @@ export async function settleAnnouncements (root: Db): Promise<void> {
  * session could hear them (Alone); the event bus calls it once it listens. Without it, every
  * announcement is a NOTIFY (a command's process, the embedded database).
  */
-export function announceToOwnListeners (database: Database, counted: Alone['counted']): () => void {
+export function announceToOwnListeners (database: Database, counted: Alone['counted'], now: () => number = () => performance.now()): () => void {
   const listening = database.listening
   if (listening === undefined) return () => {}
-  const own: Alone = { listening, counted, alone: false, lookedAt: -Infinity, looking: false, joinedAt: -Infinity }
+  const own: Alone = { listening, counted, now, alone: false, lookedAt: -Infinity, looking: false, joinedAt: -Infinity }
   const stopHearing = listening.onJoined(() => {
     own.alone = false
-    own.joinedAt = performance.now()
+    own.joinedAt = now()
   })
   const announcer = announcerOf(database.db)
   announcer.own = own

@@ -14,6 +14,8 @@ declare module 'fastify' {
 
 export interface EventBusPluginOptions {
   database: Database
+  /** The app's clock, in ms: how long a look that found the process alone on its database is trusted (announcements.repository.ts). */
+  now?: () => number
 }
 
 /**
@@ -28,7 +30,7 @@ export const eventBusPlugin = fp(async (app: FastifyInstance, opts: EventBusPlug
   await bus.start()
   const announced = app.metrics.counter('parley_announcements_total',
     'Announcements of grown feeds this instance made: a NOTIFY (via="notify"), or handed to its own listeners while no other session could hear one (via="own")')
-  const stopAnnouncingToOwn = announceToOwnListeners(opts.database, (via) => announced({ via }))
+  const stopAnnouncingToOwn = announceToOwnListeners(opts.database, (via) => announced({ via }), opts.now)
   onAnnounceError(opts.database.db, (err, feeds) => {
     // Shutting down, the database may close before a last announcement: nobody waits by then.
     if (!bus.closing) app.log.warn({ err: loggableError(err), feeds }, 'telling listeners of grown feeds failed: their waiters read them again within 30 s')

@@ -40,7 +40,14 @@ export function createEventBus (database: Database) {
   /** Every waiter and watcher reads again: anything may have grown. */
   function lookAgain (): void {
     wakeAll()
-    for (const watch of watchers) watch([])
+    tell([])
+  }
+
+  /** Every watcher hears of `addresses`; one that throws costs the others nothing. */
+  function tell (addresses: string[]): void {
+    for (const watch of watchers) {
+      try { watch(addresses) } catch {}
+    }
   }
 
   /**
@@ -58,7 +65,7 @@ export function createEventBus (database: Database) {
       stopListening = await database.listen(EVENTS_CHANNEL, (payload) => {
         const addresses = payload.split(',')
         for (const address of addresses) wake(address)
-        for (const watch of watchers) watch(addresses)
+        tell(addresses)
       }, () => {
         lookAgain()
         recheckLater()
