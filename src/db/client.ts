@@ -64,8 +64,8 @@ export const POOL_APPLICATION_NAME = 'parley pool (never listens)'
 /** A Database's own listening sessions (PostgreSQL). */
 export interface OwnListening {
   /**
-   * The `application_name` its listening sessions set once connected (`SET`, so a name in
-   * the URL does not hide them), the same for all of them and for no other Database's: a
+   * The `application_name` its listening sessions set once connected (set_config, so a name
+   * in the URL does not hide them), the same for all of them and for no other Database's: a
    * session of that name is this Database's own, whatever its pid (a pid a restarted server
    * handed to someone else's session is not mistaken for one).
    */
@@ -166,7 +166,7 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
   const db: Db = drizzlePg({ client: pool, schema })
   // Listening connections are the pool's peers, not its members; close() must end them.
   const listeners = new Set<() => Promise<void>>()
-  // Who listens, by channel, and on which sessions; who hears that a listener joined.
+  // Who listens, by channel; the name this Database's listening sessions go by; who hears that a listener joined.
   const hearers = new Map<string, Set<(payload: string) => void>>()
   const listenerName = `parley listener ${randomBytes(6).toString('hex')}`
   const joinedHearers = new Set<() => void>()
