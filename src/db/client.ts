@@ -269,7 +269,14 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
             beating = false
           })
       }, heartbeatMs).unref()
-      await connect(0)
+      try {
+        await connect(0)
+      } catch (err) {
+        // No listener to beat for: the caller hears why, and nothing is left running.
+        stopped = true
+        clearInterval(heartbeat)
+        throw err
+      }
       const channelHearers = hearers.get(channel) ?? new Set()
       hearers.set(channel, channelHearers.add(onNotify))
       const stop = async () => {
