@@ -17,7 +17,7 @@ const MAX_GROUP_BATCH = 16
  * of their own (and a second beside a stuck one, as in every lane). Without it one key sending
  * to a 1,000-member group, four at a time as admission lets it, filled both batches of the
  * group lane with 1,000-row fan-outs, and another key's send to a group of three waited behind
- * them (p99 428 ms; see test/operations/noisy-neighbour.test.ts). A group's size is counted
+ * them (p99 428 ms; see test/whole-machine/noisy-neighbour.test.ts). A group's size is counted
  * on its first send in this process and then taken from each write; a batch of either group
  * lane takes at most LARGE_BATCH_ROWS recipients (one send always goes, however large), so a
  * group that grew since it was counted still fans out a bounded batch.

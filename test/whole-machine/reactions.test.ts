@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
-import { queryRows } from '../../../src/db/rows.js'
-import { bystander, p99, relativeBound, watchStalls } from '../../support/bystander.js'
-import { usingPostgres } from '../../support/databases.js'
-import { build, type Built, type Caller } from '../../helper.js'
-import { createReactionFanoutsRepository, FANOUT_CHUNK } from '../../../src/modules/messages/reaction-fanouts.repository.js'
-import { tellLeftFanouts } from '../../../src/modules/messages/reactions.service.js'
+import { queryRows } from '../../src/db/rows.js'
+import { bystander, p99, relativeBound, watchStalls } from '../support/bystander.js'
+import { usingPostgres } from '../support/databases.js'
+import { build, type Built, type Caller } from '../helper.js'
+import { createReactionFanoutsRepository, FANOUT_CHUNK } from '../../src/modules/messages/reaction-fanouts.repository.js'
+import { tellLeftFanouts } from '../../src/modules/messages/reactions.service.js'
 
 const THUMBS = encodeURIComponent('👍')
 const HEART = encodeURIComponent('❤️')

@@ -14,7 +14,7 @@ import { build, type Caller } from '../helper.js'
 // bystander must see no 5xx and a p99 within five times its p99 alone in the same test (at
 // least FLOOR_MS, at most CEILING_MS: a busy machine fails nothing, a real stall still does),
 // and the abuser its own answers (slower is fine). On PostgreSQL only: PGlite is one connection, where every request takes its turn
-// (docs/security.md); the embedded case has test/operations/large-upload-embedded.test.ts.
+// (docs/security.md); the embedded case has test/whole-machine/large-upload-embedded.test.ts.
 const skip = usingPostgres() ? false : 'PostgreSQL only: the embedded database is one connection shared by every request'
 const FLOOR_MS = 250
 const CEILING_MS = 1_000

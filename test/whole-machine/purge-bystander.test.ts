@@ -1,15 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
-import { purgeExpired } from '../../../src/modules/retention/retention.js'
-import { bystander, p99, relativeBound } from '../../support/bystander.js'
-import { usingPostgres } from '../../support/databases.js'
-import { build } from '../../helper.js'
-import { holdOffAppSweeps, insertOldMessages, rowsAbout } from './support.js'
+import { purgeExpired } from '../../src/modules/retention/retention.js'
+import { bystander, p99, relativeBound } from '../support/bystander.js'
+import { usingPostgres } from '../support/databases.js'
+import { build } from '../helper.js'
+import { holdOffAppSweeps, insertOldMessages, rowsAbout } from '../modules/retention/support.js'
 
 // Purging a backlog while another key sends: the bystander must see no error and a p99 within
 // five times its p99 alone in the same test (at least FLOOR_MS, at most CEILING_MS), as in
-// test/operations/noisy-neighbour.test.ts. PostgreSQL only: PGlite is one connection, where
+// test/whole-machine/noisy-neighbour.test.ts. PostgreSQL only: PGlite is one connection, where
 // every request takes its turn. 50,000 messages here; BENCHMARKS.md is the place for a million.
 const skip = usingPostgres() ? false : 'PostgreSQL only: the embedded database is one connection shared by every request'
 const FLOOR_MS = 250

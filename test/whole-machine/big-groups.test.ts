@@ -1,6 +1,6 @@
 import t from 'tap'
 import { sql } from 'drizzle-orm'
-import { build } from '../../helper.js'
+import { build } from '../helper.js'
 
 const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1]!
 
