@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { freshDataDir } from '../support/databases.js'
-import { runCli, startServer, tempDir } from '../support/processes.js'
+import { runCli, startServer, tempDir, withoutTapLoader } from '../support/processes.js'
 import { until } from '../support/until.js'
 
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'parley.js')
@@ -20,7 +20,7 @@ async function dataDir (t: Parameters<typeof tempDir>[0]): Promise<string> {
 /** `parley …` as pid 1 of a new pid namespace, as in a container. */
 function inNamespace (args: string[], env: Record<string, string>) {
   // Embedded, whatever the suite runs on: without DATABASE_URL (the PostgreSQL pass sets it).
-  const { DATABASE_URL: _postgres, ...inherited } = process.env
+  const { DATABASE_URL: _postgres, ...inherited } = withoutTapLoader(process.env)
   const child = spawn('unshare', ['-pf', '--mount-proc', '--kill-child', process.execPath, BIN, ...args], {
     env: { ...inherited, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe']

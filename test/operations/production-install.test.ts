@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { usingPostgres } from '../support/databases.js'
-import { childDatabaseEnv, serveNodeArgs, tempDir } from '../support/processes.js'
+import { childDatabaseEnv, serveNodeArgs, tempDir, withoutTapLoader } from '../support/processes.js'
 
 const run = promisify(execFile)
 
@@ -26,7 +26,7 @@ t.test('npm ci --omit=dev, then node bin/parley.js serve, works from a built tre
   t.notOk(existsSync(join(tree, 'node_modules', 'esbuild')), 'esbuild is a development dependency')
   t.notOk(existsSync(join(tree, 'node_modules', 'tap')), 'tap is a development dependency')
 
-  const env = { SEALING_KEYS: TEST_SEALING_KEYS, ...process.env, ...await childDatabaseEnv(t), HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info' }
+  const env = { SEALING_KEYS: TEST_SEALING_KEYS, ...withoutTapLoader(process.env), ...await childDatabaseEnv(t), HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info' }
   const version = await run(process.execPath, ['bin/parley.js', '--version'], { cwd: tree, env })
   t.match(version.stdout, /^parley \d+\.\d+\.\d+/)
 

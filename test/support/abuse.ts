@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { withoutTapLoader } from './processes.js'
 
 export { p99 } from './bystander.js'
 
@@ -11,7 +12,7 @@ export { p99 } from './bystander.js'
  * 306 ms that way where the service alone gave 30-86 ms).
  */
 export async function fromAbuser<T> (script: string, args: string[]): Promise<T> {
-  const child = spawn('nice', ['-n', '19', process.execPath, '-e', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn('nice', ['-n', '19', process.execPath, '-e', script, ...args], { env: withoutTapLoader(process.env), stdio: ['ignore', 'pipe', 'inherit'] })
   let out = ''
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
   const [code] = await once(child, 'close') as [number | null]

@@ -27,23 +27,36 @@ export function serveNodeArgs (): string[] {
 }
 
 /**
- * tap's hooks in each test process (NODE_OPTIONS: its process-info loader, which on Node 22 runs
- * every module load through a worker thread) are for coverage; a child `parley` runs as shipped
- * without them unless coverage is being taken. They cost each child ~0.6 s of CPU, 60 % of a
- * `parley user list` (2026-11-29).
+ * `env` without tap's process-info loader (`--import` of @tapjs/processinfo in NODE_OPTIONS, and
+ * its `_TAPJS_PROCESSINFO_*` settings), unless coverage is being taken: it is for coverage, and
+ * on Node 22 it sends every module a child loads through a worker thread, ~0.6 s of CPU a child
+ * (60 % of a `parley user list`, 2026-11-29). Whatever else NODE_OPTIONS holds is kept.
  */
-function withoutTapHooks (env: NodeJS.ProcessEnv): void {
-  if (env._TAPJS_PROCESSINFO_COVERAGE_ === '1') return
-  delete env.NODE_OPTIONS
-  for (const name of Object.keys(env)) if (name.startsWith('_TAPJS_PROCESSINFO_')) delete env[name]
+export function withoutTapLoader (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  if (env._TAPJS_PROCESSINFO_COVERAGE_ === '1') return env
+  const kept: NodeJS.ProcessEnv = {}
+  for (const [name, value] of Object.entries(env)) if (!name.startsWith('_TAPJS_PROCESSINFO_')) kept[name] = value
+  if (env.NODE_OPTIONS !== undefined) {
+    // Node's own syntax: words, or double-quoted strings with backslash escapes.
+    const words = [...env.NODE_OPTIONS.matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)].map((m) => m[2] ?? m[1]!.replace(/\\(.)/g, '$1'))
+    const options: string[] = []
+    for (let i = 0; i < words.length; i++) {
+      const word = words[i]!
+      if (/^--(import|loader|experimental-loader)=.*@tapjs[\\/]processinfo/.test(word)) continue
+      if (/^--(import|loader|experimental-loader)$/.test(word) && /@tapjs[\\/]processinfo/.test(words[i + 1] ?? '')) { i++; continue }
+      options.push(word)
+    }
+    if (options.length > 0) kept.NODE_OPTIONS = options.map((word) => `"${word.replace(/(["\\])/g, '\\$1')}"`).join(' ')
+    else delete kept.NODE_OPTIONS
+  }
+  return kept
 }
 
-/** The environment of a child `parley`: ours, minus database settings and tap's hooks, plus the test's own. */
+/** The environment of a child `parley`: ours, minus database settings and tap's loader, plus the test's own. */
 export function childEnv (env: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Every child seals with the tests' key unless a test gives its own (or unsets it).
-  const base: NodeJS.ProcessEnv = { SEALING_KEYS: TEST_SEALING_KEYS, ...process.env }
+  const base = withoutTapLoader({ SEALING_KEYS: TEST_SEALING_KEYS, ...process.env })
   for (const name of ['DATABASE_URL', 'DATA_DIR', 'PORT', 'HOST', 'REDIS_URL', 'LOG_LEVEL']) delete base[name]
-  withoutTapHooks(base)
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) delete base[name]
     else base[name] = value
