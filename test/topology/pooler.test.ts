@@ -478,3 +478,62 @@ t.test('the migrations\' session lock: through the pooler it is left behind; on 
     await until(async () => await held() === 0, { intervalMs: 20, message: 'the advisory lock left behind gone with its connection' })
   }
 })
+
+/** A child server's announcements so far, by how they went (parley_announcements_total). */
+async function announcedBy (url: string): Promise<{ own: number, notify: number }> {
+  const text = await (await fetch(`${url}/metrics`)).text()
+  const read = (via: string) => Number(new RegExp(`^parley_announcements_total\\{via="${via}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0)
+  return { own: read('own'), notify: read('notify') }
+}
+
+t.test('alone behind the pooler, a server tells itself; a second server through the same pooler ends that, and its waiters wake', { skip }, async (t) => {
+  // PgBouncer passes each client's application_name on to the server connection it lends, so
+  // the pool's connections are seen as the pool's (announcements.repository.ts, Alone).
+  const direct = (await childDatabaseEnv(t)).DATABASE_URL!
+  const bouncer = await startPgbouncer(direct, { poolSize: 4 })
+  t.teardown(() => bouncer.stop())
+  const cliEnv = { DATABASE_URL: direct }
+  for (const address of ['alice', 'bob']) t.equal((await runCliInProcess(['user', 'create', address], cliEnv)).code, 0)
+  const keyOf = async (address: string) => {
+    const key = JSON.parse((await runCliInProcess(['key', 'create', address, '--json'], cliEnv)).stdout) as { keyId: string, secret: string }
+    return basic(key.keyId, key.secret)
+  }
+  const alice = await keyOf('alice')
+  const bob = await keyOf('bob')
+  const env = { DATABASE_URL: bouncer.url, DATABASE_DIRECT_URL: direct, RATE_LIMIT_PER_SECOND: '100000', DAILY_MESSAGE_QUOTA: '100000' }
+  const send = async (url: string, body: string) => {
+    const res = await fetch(`${url}/v2/message`, { method: 'POST', headers: { authorization: alice, 'content-type': 'application/json' }, body: JSON.stringify({ recipient: 'bob', body }) })
+    t.equal(res.status, 200, `send "${body}"`)
+  }
+
+  const first = await startServer(t, env)
+  let sends = 0
+  await until(async () => {
+    await send(first.url, `alone? ${sends++}`)
+    return (await announcedBy(first.url)).own > 0
+  }, { intervalMs: 50, message: 'the server behind the pooler never told itself' })
+  t.pass(`alone behind the pooler after ${sends} sends: ${JSON.stringify(await announcedBy(first.url))}`)
+
+  const second = await startServer(t, env)
+  // The second's listener joins (directly, as LISTEN must): the first NOTIFYs from then on.
+  const before = await announcedBy(first.url)
+  await until(async () => {
+    await send(first.url, 'joined?')
+    return (await announcedBy(first.url)).notify > before.notify
+  }, { intervalMs: 50, message: 'the first server never NOTIFYd again' })
+  let last = ((await (await fetch(`${second.url}/v2/events?wait=0`, { headers: { authorization: bob } })).json()) as { last: string }).last
+  const wakes: number[] = []
+  for (let i = 0; i < 5; i++) {
+    const poll = fetch(`${second.url}/v2/events?after=${last}&wait=10`, { headers: { authorization: bob } })
+      .then(async (res) => ({ at: performance.now(), page: await res.json() as { events: unknown[], last: string } }))
+    await until(async () => await longPollsWaiting(`${second.url}/metrics`) === 1, { intervalMs: 20, message: `long-poll ${i} waiting` })
+    await send(first.url, `across ${i}`)
+    const sentAt = performance.now()
+    const { at, page } = await poll
+    t.equal(page.events.length, 1, `long-poll ${i} on the second server answered with the first's message`)
+    last = page.last
+    wakes.push(at - sentAt)
+  }
+  t.comment(`the second server's long-polls woke ${wakes.map((ms) => ms.toFixed(0)).join(', ')} ms after the first's sends`)
+  t.ok(Math.max(...wakes) < WAKE_BOUND_MS, `each within ${WAKE_BOUND_MS} ms (a message told only to the first would wait for the second's next re-read)`)
+})
