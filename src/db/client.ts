@@ -254,6 +254,9 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
         // Notifications sent while no connection listened are gone: let waiters look again.
         if (attempt > 0) onReconnect?.()
       }
+      // The first connection's failure is the caller's, before any heartbeat runs; once it is up,
+      // the heartbeat finds a connection gone quiet.
+      await connect(0)
       const heartbeat = setInterval(() => {
         const c = client
         if (c === undefined || beating) return
@@ -269,14 +272,6 @@ export async function connectPostgres (url: string, poolSize = 10, options: Post
             beating = false
           })
       }, heartbeatMs).unref()
-      try {
-        await connect(0)
-      } catch (err) {
-        // No listener to beat for: the caller hears why, and nothing is left running.
-        stopped = true
-        clearInterval(heartbeat)
-        throw err
-      }
       const channelHearers = hearers.get(channel) ?? new Set()
       hearers.set(channel, channelHearers.add(onNotify))
       const stop = async () => {

@@ -1,12 +1,16 @@
 import type { FastifyInstance } from 'fastify'
 
 /**
- * One GET /metrics of the app, read by series as the text names them (`parley_long_polls_open`,
- * `parley_admission{gate="request",state="held"}`): undefined for a series it does not report.
- * Several series read from one scrape are of the same moment.
+ * One GET /metrics of the app (or of a server, given its `/metrics` address), read by series as
+ * the text names them (`parley_long_polls_open`, `parley_admission{gate="request",state="held"}`):
+ * undefined for a series it does not report. Several series read from one scrape are of the same
+ * moment.
  */
-export async function scrape (app: FastifyInstance): Promise<(series: string) => number | undefined> {
-  const lines = (await app.inject({ method: 'GET', url: '/metrics' })).body.split('\n')
+export async function scrape (metrics: string | FastifyInstance): Promise<(series: string) => number | undefined> {
+  const text = typeof metrics === 'string'
+    ? await (await fetch(metrics)).text()
+    : (await metrics.inject({ method: 'GET', url: '/metrics' })).body
+  const lines = text.split('\n')
   return (series) => {
     const line = lines.find((l) => l.startsWith(`${series} `))
     return line === undefined ? undefined : Number(line.slice(series.length + 1))
@@ -24,10 +28,7 @@ export async function metric (app: FastifyInstance, series: string): Promise<num
  * before it sends the event a long-poll is to wake on, instead of sleeping a guess.
  */
 export async function longPollsWaiting (metrics: string | FastifyInstance): Promise<number> {
-  const text = typeof metrics === 'string'
-    ? await (await fetch(metrics)).text()
-    : (await metrics.inject({ method: 'GET', url: '/metrics' })).body
-  const value = /^parley_long_polls_open (\d+)$/m.exec(text)?.[1]
+  const value = (await scrape(metrics))('parley_long_polls_open')
   if (value === undefined) throw new Error('no parley_long_polls_open in /metrics')
-  return Number(value)
+  return value
 }

@@ -8,7 +8,7 @@ import { queryPrepared } from '../../src/db/rows.js'
 import { basic } from '../helper.js'
 import { emptyPostgresDatabase, usingPostgres } from '../support/databases.js'
 import { openStream } from '../support/event-stream.js'
-import { longPollsWaiting } from '../support/metrics.js'
+import { longPollsWaiting, scrape } from '../support/metrics.js'
 import { pgbouncerBin, startPgbouncer } from '../support/pgbouncer.js'
 import { makePng } from '../support/png.js'
 import { childDatabaseEnv, runCli, runCliInProcess, startServer } from '../support/processes.js'
@@ -481,9 +481,8 @@ t.test('the migrations\' session lock: through the pooler it is left behind; on 
 
 /** A child server's announcements so far, by how they went (parley_announcements_total). */
 async function announcedBy (url: string): Promise<{ own: number, notify: number }> {
-  const text = await (await fetch(`${url}/metrics`)).text()
-  const read = (via: string) => Number(new RegExp(`^parley_announcements_total\\{via="${via}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0)
-  return { own: read('own'), notify: read('notify') }
+  const read = await scrape(`${url}/metrics`)
+  return { own: read('parley_announcements_total{via="own"}') ?? 0, notify: read('parley_announcements_total{via="notify"}') ?? 0 }
 }
 
 t.test('alone behind the pooler, a server tells itself; a second server through the same pooler ends that, and its waiters wake', { skip }, async (t) => {
